@@ -1,0 +1,432 @@
+//! The GPU context: adapter choice, device with the features and limits we need, and the caches of
+//! pipelines and bind groups. One `Gpu` is shared (Arc) by every model and session on a device.
+
+use crate::error::{EngineError, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Which graphics API to look for adapters on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    Auto,
+    Vulkan,
+    Metal,
+    Dx12,
+    Gl,
+    /// Every backend compiled in (for listing and cross-vendor benchmarks).
+    All,
+}
+
+impl BackendChoice {
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "auto" => Self::Auto,
+            "vulkan" | "vk" => Self::Vulkan,
+            "metal" => Self::Metal,
+            "dx12" | "d3d12" => Self::Dx12,
+            "gl" | "opengl" | "gles" => Self::Gl,
+            "all" => Self::All,
+            other => return Err(EngineError::UnknownBackend(other.to_string())),
+        })
+    }
+
+    pub fn backends(self) -> wgpu::Backends {
+        match self {
+            // Auto prefers the modern APIs; GL only when nothing else exists (see `Gpu::new`).
+            Self::Auto | Self::All => wgpu::Backends::all(),
+            Self::Vulkan => wgpu::Backends::VULKAN,
+            Self::Metal => wgpu::Backends::METAL,
+            Self::Dx12 => wgpu::Backends::DX12,
+            Self::Gl => wgpu::Backends::GL,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Vulkan => "vulkan",
+            Self::Metal => "metal",
+            Self::Dx12 => "dx12",
+            Self::Gl => "gl",
+            Self::All => "all",
+        }
+    }
+}
+
+/// What the kernels may use on this device. Variants are picked from these at pipeline creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// shader-f16 granted: f16 weights are read natively instead of unpacked from u32 pairs.
+    pub f16: bool,
+    /// subgroup operations granted: reductions use subgroupAdd instead of workgroup memory only.
+    pub subgroup: bool,
+    pub max_storage_binding: u64,
+    pub max_buffer: u64,
+    pub uniform_align: u32,
+}
+
+/// Facts about an adapter, for `domino devices` and benchmark reports.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct AdapterSummary {
+    pub index: usize,
+    pub name: String,
+    pub vendor: u32,
+    pub device: u32,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub driver_info: String,
+    pub features: Vec<String>,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_buffer_size: u64,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_storage_buffers_per_shader_stage: u32,
+}
+
+fn summarize(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
+    let info = adapter.get_info();
+    let limits = adapter.limits();
+    let features = adapter.features();
+    let mut names = Vec::new();
+    for (flag, name) in [
+        (wgpu::Features::SHADER_F16, "shader-f16"),
+        (wgpu::Features::SUBGROUP, "subgroups"),
+        (wgpu::Features::TIMESTAMP_QUERY, "timestamp-query"),
+    ] {
+        if features.contains(flag) {
+            names.push(name.to_string());
+        }
+    }
+    AdapterSummary {
+        index,
+        name: info.name.clone(),
+        vendor: info.vendor,
+        device: info.device,
+        backend: format!("{:?}", info.backend).to_lowercase(),
+        device_type: format!("{:?}", info.device_type),
+        driver: info.driver.clone(),
+        driver_info: info.driver_info.clone(),
+        features: names,
+        max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
+        max_buffer_size: limits.max_buffer_size,
+        max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
+        max_compute_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
+        max_storage_buffers_per_shader_stage: limits.max_storage_buffers_per_shader_stage,
+    }
+}
+
+fn new_instance(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    wgpu::Instance::new(desc)
+}
+
+/// Every adapter on the chosen backend(s), in a stable order (the `--adapter N` numbering).
+pub async fn list_adapters(backend: BackendChoice) -> Vec<(wgpu::Adapter, AdapterSummary)> {
+    let instance = new_instance(backend.backends());
+    let mut adapters = instance.enumerate_adapters(backend.backends()).await;
+    // Stable numbering: real GPUs before software ones, GL last.
+    adapters.sort_by_key(|a| {
+        let info = a.get_info();
+        let type_rank = match info.device_type {
+            wgpu::DeviceType::DiscreteGpu => 0,
+            wgpu::DeviceType::IntegratedGpu => 1,
+            wgpu::DeviceType::VirtualGpu => 2,
+            wgpu::DeviceType::Cpu => 3,
+            wgpu::DeviceType::Other => 4,
+        };
+        (info.backend == wgpu::Backend::Gl, type_rank, info.name.clone())
+    });
+    adapters.into_iter().enumerate().map(|(i, a)| {
+        let s = summarize(i, &a);
+        (a, s)
+    }).collect()
+}
+
+/// How to open a device.
+#[derive(Debug, Clone)]
+pub struct GpuOptions {
+    pub backend: BackendChoice,
+    pub adapter: Option<usize>,
+    /// Ignore shader-f16 even if offered (tests the packed path on any adapter).
+    pub disable_f16: bool,
+    /// Ignore subgroups even if offered.
+    pub disable_subgroup: bool,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        Self { backend: BackendChoice::Auto, adapter: None, disable_f16: false, disable_subgroup: false }
+    }
+}
+
+/// A GPU buffer with a process-unique id (the bind-group cache key).
+#[derive(Debug)]
+pub struct GpuBuffer {
+    pub id: u64,
+    pub buffer: wgpu::Buffer,
+    pub size: u64,
+    pub label: String,
+}
+
+/// Whether a binding is read-only or read-write storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// A kernel entry point: WGSL source, entry name and its storage bindings (binding 0 is always the
+/// uniform params block with a dynamic offset).
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSpec {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub entry: &'static str,
+    pub bindings: &'static [(u32, Access)],
+}
+
+/// A compiled pipeline with the explicit layout its bind groups use.
+#[derive(Debug)]
+pub struct Pipeline {
+    pub id: u64,
+    pub name: String,
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+    pub bindings: &'static [(u32, Access)],
+}
+
+pub(crate) const PARAMS_SLOT: u64 = 256;
+
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: AdapterSummary,
+    pub caps: Caps,
+    next_id: AtomicU64,
+    pipelines: Mutex<HashMap<(String, crate::shader::Defines), Arc<Pipeline>>>,
+    pub(crate) bind_groups: Mutex<HashMap<(u64, Vec<u64>), wgpu::BindGroup>>,
+    pub(crate) params: Mutex<Option<Arc<GpuBuffer>>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("adapter", &self.info.name).field("caps", &self.caps).finish()
+    }
+}
+
+impl Gpu {
+    /// Open a device: pick the adapter, request shader-f16 / subgroups only where offered, and the
+    /// adapter's own limits (the model loader then checks that what it needs fits in them).
+    pub async fn new(opts: &GpuOptions) -> Result<Arc<Gpu>> {
+        let mut adapters = list_adapters(opts.backend).await;
+        if adapters.is_empty() {
+            return Err(EngineError::NoAdapter { backend: opts.backend.name().to_string() });
+        }
+        let index = match opts.adapter {
+            Some(i) if i >= adapters.len() => {
+                return Err(EngineError::AdapterIndex { index: i, count: adapters.len(), backend: opts.backend.name().into() })
+            }
+            Some(i) => i,
+            None => 0,
+        };
+        let (adapter, info) = adapters.swap_remove(index);
+        Self::from_adapter(adapter, info, opts).await
+    }
+
+    pub async fn from_adapter(adapter: wgpu::Adapter, info: AdapterSummary, opts: &GpuOptions) -> Result<Arc<Gpu>> {
+        let offered = adapter.features();
+        let mut wanted = wgpu::Features::empty();
+        if offered.contains(wgpu::Features::SHADER_F16) && !opts.disable_f16 {
+            wanted |= wgpu::Features::SHADER_F16;
+        }
+        if offered.contains(wgpu::Features::SUBGROUP) && !opts.disable_subgroup {
+            wanted |= wgpu::Features::SUBGROUP;
+        }
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("domino"),
+            required_features: wanted,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        };
+        let (device, queue) = adapter
+            .request_device(&desc)
+            .await
+            .map_err(|e| EngineError::RequestDevice { adapter: info.name.clone(), message: e.to_string() })?;
+        let granted = device.features();
+        let caps = Caps {
+            f16: granted.contains(wgpu::Features::SHADER_F16),
+            subgroup: granted.contains(wgpu::Features::SUBGROUP),
+            max_storage_binding: limits.max_storage_buffer_binding_size,
+            max_buffer: limits.max_buffer_size,
+            uniform_align: limits.min_uniform_buffer_offset_alignment,
+        };
+        Ok(Arc::new(Gpu {
+            device,
+            queue,
+            info,
+            caps,
+            next_id: AtomicU64::new(1),
+            pipelines: Mutex::new(HashMap::new()),
+            bind_groups: Mutex::new(HashMap::new()),
+            params: Mutex::new(None),
+        }))
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A storage buffer of `size` bytes (at least 16), zero-initialised.
+    pub fn buffer(&self, label: &str, size: u64) -> Result<Arc<GpuBuffer>> {
+        let size = size.max(16).div_ceil(16) * 16;
+        if size > self.caps.max_buffer {
+            return Err(EngineError::LimitTooSmall {
+                what: format!("buffer '{label}'"),
+                needed: size,
+                limit: self.caps.max_buffer,
+                limit_name: "max_buffer_size",
+                adapter: self.info.name.clone(),
+            });
+        }
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        Ok(Arc::new(GpuBuffer { id: self.next_id(), buffer, size, label: label.to_string() }))
+    }
+
+    /// A storage buffer that must be bindable whole: checked against max_storage_buffer_binding_size.
+    pub fn binding_buffer(&self, label: &str, size: u64) -> Result<Arc<GpuBuffer>> {
+        if size > self.caps.max_storage_binding {
+            return Err(EngineError::LimitTooSmall {
+                what: format!("buffer '{label}'"),
+                needed: size,
+                limit: self.caps.max_storage_binding,
+                limit_name: "max_storage_buffer_binding_size",
+                adapter: self.info.name.clone(),
+            });
+        }
+        self.buffer(label, size)
+    }
+
+    pub fn write<T: bytemuck::Pod>(&self, buf: &GpuBuffer, offset_elems: u64, data: &[T]) {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if bytes.is_empty() {
+            return;
+        }
+        let offset = offset_elems * std::mem::size_of::<T>() as u64;
+        if bytes.len() % 4 == 0 && offset % 4 == 0 {
+            self.queue.write_buffer(&buf.buffer, offset, bytes);
+        } else {
+            // write_buffer needs 4-byte multiples: pad the tail (callers only do this for u8/u16 data).
+            let mut padded = bytes.to_vec();
+            padded.resize(bytes.len().div_ceil(4) * 4, 0);
+            self.queue.write_buffer(&buf.buffer, offset, &padded);
+        }
+    }
+
+    /// The pipeline for `spec` specialised with `defines`, compiled once and cached.
+    pub fn pipeline(&self, spec: &KernelSpec, defines: &crate::shader::Defines) -> Result<Arc<Pipeline>> {
+        let key = (format!("{}::{}", spec.name, spec.entry), defines.clone());
+        if let Some(p) = self.pipelines.lock().map_err(|_| EngineError::Gpu("pipeline cache poisoned".into()))?.get(&key) {
+            return Ok(p.clone());
+        }
+        let source = crate::shader::preprocess(spec.name, spec.source, defines)?;
+        let module = self.compile(spec.name, &source)?;
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: true,
+                min_binding_size: None,
+            },
+            count: None,
+        }];
+        for &(binding, access) in spec.bindings {
+            entries.push(wgpu::BindGroupLayoutEntry {
+                binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only: access == Access::Read },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            });
+        }
+        let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(spec.name), entries: &entries });
+        let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(spec.name),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(spec.name),
+            layout: Some(&pl),
+            module: &module,
+            entry_point: Some(spec.entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = block_on_ready(scope.pop()) {
+            return Err(EngineError::Shader { name: spec.name.to_string(), message: e.to_string() });
+        }
+        let p = Arc::new(Pipeline { id: self.next_id(), name: spec.name.to_string(), pipeline, layout, bindings: spec.bindings });
+        self.pipelines.lock().map_err(|_| EngineError::Gpu("pipeline cache poisoned".into()))?.insert(key, p.clone());
+        Ok(p)
+    }
+
+    fn compile(&self, name: &str, source: &str) -> Result<wgpu::ShaderModule> {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        if let Some(e) = block_on_ready(scope.pop()) {
+            return Err(EngineError::Shader { name: name.to_string(), message: e.to_string() });
+        }
+        Ok(module)
+    }
+
+    /// Forget cached bind groups (call when buffers they reference are dropped, e.g. a session ends).
+    pub fn clear_bind_groups(&self) {
+        if let Ok(mut m) = self.bind_groups.lock() {
+            m.clear();
+        }
+    }
+}
+
+/// Error scopes resolve immediately on wgpu-core (native) and after a JS microtask in the browser.
+/// Polling once is enough natively; in the browser an unresolved scope is treated as "no error" and
+/// real errors surface through the uncaptured-error handler instead.
+fn block_on_ready<F: std::future::Future>(f: F) -> F::Output
+where
+    F::Output: Default,
+{
+    use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+    fn noop_raw() -> RawWaker {
+        fn clone(_: *const ()) -> RawWaker {
+            noop_raw()
+        }
+        fn noop(_: *const ()) {}
+        static VT: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+        RawWaker::new(std::ptr::null(), &VT)
+    }
+    let waker = unsafe { Waker::from_raw(noop_raw()) };
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => Default::default(),
+    }
+}

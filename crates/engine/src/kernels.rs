@@ -1,0 +1,477 @@
+//! Typed entry points for every kernel: parameter blocks matching the WGSL `Params` structs, the
+//! variant choice from the device's capabilities, and the dispatch geometry.
+
+use crate::context::{Access, Gpu, GpuBuffer, KernelSpec, Pipeline};
+use crate::error::Result;
+use crate::shader::{self, Defines};
+use crate::step::{flat_groups, Step};
+use crate::tensor::{Matrix, WeightFormat};
+use bytemuck::{Pod, Zeroable};
+use std::sync::Arc;
+
+use Access::{Read as R, ReadWrite as W};
+
+const MATMUL: KernelSpec = KernelSpec { name: "matmul", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
+const MATMUL_GLU: KernelSpec =
+    KernelSpec { name: "matmul_glu", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
+const RMSNORM: KernelSpec = KernelSpec { name: "rmsnorm", source: shader::RMSNORM, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
+const ROPE: KernelSpec = KernelSpec { name: "rope", source: shader::ROPE, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
+const ATTN_PARTIAL: KernelSpec = KernelSpec {
+    name: "attention",
+    source: shader::ATTENTION,
+    entry: "partial",
+    bindings: &[(1, R), (2, R), (3, R), (4, W), (5, W)],
+};
+const ATTN_COMBINE: KernelSpec =
+    KernelSpec { name: "attention", source: shader::ATTENTION, entry: "combine", bindings: &[(4, R), (5, R), (6, W)] };
+const EMBEDDING: KernelSpec = KernelSpec { name: "embedding", source: shader::EMBEDDING, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
+const ARGMAX: KernelSpec = KernelSpec { name: "sampling", source: shader::SAMPLING, entry: "argmax", bindings: &[(1, R), (2, W)] };
+const SAMPLE: KernelSpec = KernelSpec { name: "sampling", source: shader::SAMPLING, entry: "sample", bindings: &[(1, R), (2, W)] };
+const COPY_ROWS: KernelSpec = KernelSpec { name: "copy", source: shader::COPY, entry: "rows", bindings: &[(1, R), (2, W)] };
+const BANDWIDTH: KernelSpec = KernelSpec { name: "copy", source: shader::COPY, entry: "bandwidth", bindings: &[(1, R), (2, W)] };
+
+/// Keys per attention chunk (CHUNK in attention.wgsl).
+pub const ATTENTION_CHUNK: u32 = 32;
+/// Largest head_dim the attention kernel supports.
+pub const MAX_HEAD_DIM: usize = 256;
+/// Rows per invocation of the multi-row matmul variant.
+pub const MATMUL_ROWS: u32 = 8;
+
+fn weight_defines(gpu: &Gpu, format: WeightFormat) -> Defines {
+    match format {
+        WeightFormat::F32 => Defines::default().flag("F32"),
+        WeightFormat::F16 if gpu.caps.f16 => Defines::default().flag("F16"),
+        WeightFormat::F16 => Defines::default(),
+    }
+}
+
+/// A strided view of rows in an f32 buffer: row r starts at `offset + r * stride` (in elements).
+#[derive(Debug, Clone)]
+pub struct Rows<'a> {
+    pub buf: &'a Arc<GpuBuffer>,
+    pub offset: u32,
+    pub stride: u32,
+}
+
+impl<'a> Rows<'a> {
+    pub fn new(buf: &'a Arc<GpuBuffer>, offset: u32, stride: u32) -> Self {
+        Self { buf, offset, stride }
+    }
+    /// The same rows starting `r` rows further.
+    pub fn skip(&self, r: u32) -> Self {
+        Self { buf: self.buf, offset: self.offset + r * self.stride, stride: self.stride }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct MatmulParams {
+    k: u32,
+    n_rows: u32,
+    x_offset: u32,
+    x_stride: u32,
+    y_offset: u32,
+    y_stride: u32,
+    col0: u32,
+    cols: u32,
+    wcols: u32,
+    accumulate: u32,
+    _pad: [u32; 2],
+}
+
+/// How a matmul writes its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epilogue {
+    Store,
+    /// y += x·W (residual connection).
+    Accumulate,
+}
+
+fn matmul_pipeline(gpu: &Gpu, spec: &KernelSpec, format: WeightFormat, n_rows: u32, glu: bool) -> Result<Arc<Pipeline>> {
+    let rows = if n_rows == 1 { 1 } else { MATMUL_ROWS };
+    gpu.pipeline(spec, &weight_defines(gpu, format).flag_if("GLU", glu).value("ROWS", rows))
+}
+
+/// y[r, :] (+)= x[r, :] · Wᵀ for `n_rows` rows.
+pub fn matmul(step: &mut Step, w: &Matrix, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
+    let gpu = step.gpu();
+    let p = matmul_pipeline(gpu, &MATMUL, w.format, n_rows, false)?;
+    let rows_per = if n_rows == 1 { 1 } else { MATMUL_ROWS };
+    for c in &w.chunks {
+        let params = MatmulParams {
+            k: w.k as u32,
+            n_rows,
+            x_offset: x.offset,
+            x_stride: x.stride,
+            y_offset: y.offset,
+            y_stride: y.stride,
+            col0: c.col0,
+            cols: c.cols,
+            wcols: c.wcols,
+            accumulate: (epilogue == Epilogue::Accumulate) as u32,
+            _pad: [0; 2],
+        };
+        step.dispatch(&p, &params, &[x.buf, &c.buffer, y.buf], [c.cols.div_ceil(4).div_ceil(64), n_rows.div_ceil(rows_per), 1]);
+    }
+    Ok(())
+}
+
+/// y = silu(x·Wgᵀ) * (x·Wuᵀ): the SiLU-gated MLP's first half in one pass over both weights.
+pub fn matmul_glu(step: &mut Step, gate: &Matrix, up: &Matrix, x: &Rows, y: &Rows, n_rows: u32) -> Result<()> {
+    let gpu = step.gpu();
+    let p = matmul_pipeline(gpu, &MATMUL_GLU, gate.format, n_rows, true)?;
+    let rows_per = if n_rows == 1 { 1 } else { MATMUL_ROWS };
+    for (c, u) in gate.chunks.iter().zip(&up.chunks) {
+        let params = MatmulParams {
+            k: gate.k as u32,
+            n_rows,
+            x_offset: x.offset,
+            x_stride: x.stride,
+            y_offset: y.offset,
+            y_stride: y.stride,
+            col0: c.col0,
+            cols: c.cols,
+            wcols: c.wcols,
+            accumulate: 0,
+            _pad: [0; 2],
+        };
+        step.dispatch(&p, &params, &[x.buf, &c.buffer, &u.buffer, y.buf], [c.cols.div_ceil(4).div_ceil(64), n_rows.div_ceil(rows_per), 1]);
+    }
+    Ok(())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct RmsNormParams {
+    n: u32,
+    n_rows: u32,
+    x_offset: u32,
+    x_stride: u32,
+    y_offset: u32,
+    y_stride: u32,
+    eps: f32,
+    _pad: u32,
+}
+
+/// y[r] = rmsnorm(x[r]) * w over `n` channels.
+pub fn rmsnorm(step: &mut Step, w: &Arc<GpuBuffer>, n: u32, eps: f32, x: &Rows, y: &Rows, n_rows: u32) -> Result<()> {
+    let gpu = step.gpu();
+    let p = gpu.pipeline(&RMSNORM, &Defines::default().flag_if("SUBGROUP", gpu.caps.subgroup))?;
+    let params = RmsNormParams { n, n_rows, x_offset: x.offset, x_stride: x.stride, y_offset: y.offset, y_stride: y.stride, eps, _pad: 0 };
+    let groups = if n_rows <= 65535 { [n_rows, 1, 1] } else { [65535, n_rows.div_ceil(65535), 1] };
+    step.dispatch(&p, &params, &[x.buf, w, y.buf], groups);
+    Ok(())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct RopeParams {
+    n_rows: u32,
+    n_heads: u32,
+    head_dim: u32,
+    src_offset: u32,
+    src_stride: u32,
+    dst_offset: u32,
+    dst_stride: u32,
+    pos0: u32,
+    use_norm: u32,
+    eps: f32,
+    _pad: [u32; 2],
+}
+
+/// Per-head RMSNorm (when `norm` is given) then NeoX RoPE; row r is at position pos0 + r.
+#[allow(clippy::too_many_arguments)]
+pub fn norm_rope(
+    step: &mut Step,
+    src: &Rows,
+    dst: &Rows,
+    norm: Option<&Arc<GpuBuffer>>,
+    rope_table: &Arc<GpuBuffer>,
+    n_rows: u32,
+    n_heads: u32,
+    head_dim: u32,
+    pos0: u32,
+    eps: f32,
+) -> Result<()> {
+    let gpu = step.gpu();
+    let p = gpu.pipeline(&ROPE, &Defines::default())?;
+    let params = RopeParams {
+        n_rows,
+        n_heads,
+        head_dim,
+        src_offset: src.offset,
+        src_stride: src.stride,
+        dst_offset: dst.offset,
+        dst_stride: dst.stride,
+        pos0,
+        use_norm: norm.is_some() as u32,
+        eps,
+        _pad: [0; 2],
+    };
+    // Without a norm the weight binding is unused; bind the rope table in its place.
+    let norm_buf = norm.unwrap_or(rope_table);
+    step.dispatch(&p, &params, &[src.buf, norm_buf, rope_table, dst.buf], flat_groups(n_rows * n_heads, 64));
+    Ok(())
+}
+
+/// The (cos, sin) table rope.wgsl reads: `[positions][head_dim/2]`, angles pos·θ^(−2i/d) as the Hugging
+/// Face reference computes them (f32 inverse frequencies and products), cos/sin evaluated in f64.
+pub fn rope_table_values(positions: usize, head_dim: usize, theta: f64) -> Vec<[f32; 2]> {
+    let half = head_dim / 2;
+    let inv: Vec<f32> = (0..half).map(|i| (1.0 / theta.powf((2 * i) as f64 / head_dim as f64)) as f32).collect();
+    let mut out = Vec::with_capacity(positions * half);
+    for pos in 0..positions {
+        for f in &inv {
+            let a = (pos as f32 * f) as f64;
+            out.push([a.cos() as f32, a.sin() as f32]);
+        }
+    }
+    out
+}
+
+pub fn rope_table(gpu: &Gpu, positions: usize, head_dim: usize, theta: f64) -> Result<Arc<GpuBuffer>> {
+    let v = rope_table_values(positions, head_dim, theta);
+    let buf = gpu.binding_buffer("rope table", (v.len() * 8) as u64)?;
+    gpu.write(&buf, 0, &v);
+    Ok(buf)
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct AttentionParams {
+    n_rows: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    q_offset: u32,
+    q_stride: u32,
+    kv_len: u32,
+    causal: u32,
+    n_chunks: u32,
+    scale: f32,
+    out_offset: u32,
+    out_stride: u32,
+}
+
+/// Attention geometry shared by the target (causal) and the drafter (unmasked).
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionShape {
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub head_dim: u32,
+}
+
+/// Scratch for the split-KV attention: sized for `max_rows` query rows over `max_keys` keys.
+#[derive(Debug, Clone)]
+pub struct AttentionScratch {
+    pub part: Arc<GpuBuffer>,
+    pub stats: Arc<GpuBuffer>,
+    pub max_rows: u32,
+    pub max_chunks: u32,
+}
+
+impl AttentionScratch {
+    pub fn new(gpu: &Gpu, shape: AttentionShape, max_rows: u32, max_keys: u32) -> Result<Self> {
+        let max_chunks = max_keys.div_ceil(ATTENTION_CHUNK).max(1);
+        let slots = max_rows as u64 * shape.n_heads as u64 * max_chunks as u64;
+        let part = gpu.binding_buffer("attention partials", slots * shape.head_dim as u64 * 4)?;
+        let stats = gpu.binding_buffer("attention stats", slots * 8)?;
+        Ok(Self { part, stats, max_rows, max_chunks })
+    }
+}
+
+/// out[r] = softmax(q[r]·Kᵀ·scale) · V. causal: row r sees keys [0, kv_len + r]; otherwise [0, kv_len).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    step: &mut Step,
+    shape: AttentionShape,
+    q: &Rows,
+    k_cache: &Arc<GpuBuffer>,
+    v_cache: &Arc<GpuBuffer>,
+    out: &Rows,
+    scratch: &AttentionScratch,
+    n_rows: u32,
+    kv_len: u32,
+    causal: bool,
+) -> Result<()> {
+    let gpu = step.gpu();
+    let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL"))?;
+    let combine = gpu.pipeline(&ATTN_COMBINE, &Defines::default())?;
+    let max_visible = if causal { kv_len + n_rows } else { kv_len };
+    let n_chunks = max_visible.div_ceil(ATTENTION_CHUNK).max(1);
+    if n_chunks > scratch.max_chunks {
+        return Err(crate::EngineError::Gpu(format!(
+            "attention over {max_visible} keys exceeds the scratch sized for {} keys",
+            scratch.max_chunks * ATTENTION_CHUNK
+        )));
+    }
+    // Process at most scratch.max_rows rows per pass; the chunking never depends on this split.
+    let mut r0 = 0;
+    while r0 < n_rows {
+        let rows = (n_rows - r0).min(scratch.max_rows);
+        let params = AttentionParams {
+            n_rows: rows,
+            n_heads: shape.n_heads,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: shape.head_dim,
+            q_offset: q.offset + r0 * q.stride,
+            q_stride: q.stride,
+            kv_len: if causal { kv_len + r0 } else { kv_len },
+            causal: causal as u32,
+            n_chunks,
+            scale: 1.0 / (shape.head_dim as f32).sqrt(),
+            out_offset: out.offset + r0 * out.stride,
+            out_stride: out.stride,
+        };
+        step.dispatch(
+            &partial,
+            &params,
+            &[q.buf, k_cache, v_cache, &scratch.part, &scratch.stats],
+            flat_groups(rows * shape.n_heads * n_chunks, 64),
+        );
+        step.dispatch(&combine, &params, &[&scratch.part, &scratch.stats, out.buf], flat_groups(rows * shape.n_heads * shape.head_dim, 64));
+        r0 += rows;
+    }
+    Ok(())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct EmbeddingParams {
+    n_rows: u32,
+    hidden: u32,
+    col0: u32,
+    cols: u32,
+    wcols: u32,
+    ids_offset: u32,
+    y_offset: u32,
+    y_stride: u32,
+}
+
+/// y[r] = E[ids[ids_offset + r]] where E is stored as the (transposed) matrix `[hidden -> vocab]`.
+pub fn embedding(step: &mut Step, table: &Matrix, ids: &Arc<GpuBuffer>, ids_offset: u32, y: &Rows, n_rows: u32) -> Result<()> {
+    let gpu = step.gpu();
+    let p = gpu.pipeline(&EMBEDDING, &weight_defines(gpu, table.format))?;
+    for c in &table.chunks {
+        let params = EmbeddingParams {
+            n_rows,
+            hidden: table.k as u32,
+            col0: c.col0,
+            cols: c.cols,
+            wcols: c.wcols,
+            ids_offset,
+            y_offset: y.offset,
+            y_stride: y.stride,
+        };
+        step.dispatch(&p, &params, &[ids, &c.buffer, y.buf], flat_groups(n_rows * table.k as u32, 64));
+    }
+    Ok(())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct SamplingParams {
+    vocab: u32,
+    n_rows: u32,
+    logits_offset: u32,
+    logits_stride: u32,
+    out_offset: u32,
+    top_k: u32,
+    seed: u32,
+    counter: u32,
+    temperature: f32,
+    top_p: f32,
+    _pad: [u32; 2],
+}
+
+/// How the next token is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingConfig {
+    /// 0 = greedy (argmax).
+    pub temperature: f32,
+    /// 0 = no top-k filtering.
+    pub top_k: u32,
+    /// 1 = no nucleus filtering.
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl SamplingConfig {
+    pub fn greedy() -> Self {
+        Self { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
+    }
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0 || self.top_k == 1
+    }
+}
+
+/// out[out_offset + r] = chosen token of logits row r. `counter` numbers the draws (row r uses
+/// counter + r) so a seed gives one reproducible stream.
+#[allow(clippy::too_many_arguments)]
+pub fn sample(
+    step: &mut Step,
+    logits: &Rows,
+    vocab: u32,
+    n_rows: u32,
+    out: &Arc<GpuBuffer>,
+    out_offset: u32,
+    cfg: &SamplingConfig,
+    counter: u32,
+) -> Result<()> {
+    let gpu = step.gpu();
+    let spec = if cfg.is_greedy() { &ARGMAX } else { &SAMPLE };
+    let p = gpu.pipeline(spec, &Defines::default())?;
+    let seed = (cfg.seed ^ (cfg.seed >> 32)) as u32;
+    let params = SamplingParams {
+        vocab,
+        n_rows,
+        logits_offset: logits.offset,
+        logits_stride: logits.stride,
+        out_offset,
+        top_k: cfg.top_k,
+        seed,
+        counter,
+        temperature: cfg.temperature.max(1e-6),
+        top_p: cfg.top_p,
+        _pad: [0; 2],
+    };
+    step.dispatch(&p, &params, &[logits.buf, out], [n_rows, 1, 1]);
+    Ok(())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CopyParams {
+    n_rows: u32,
+    width: u32,
+    src_offset: u32,
+    src_stride: u32,
+    dst_offset: u32,
+    dst_stride: u32,
+    _pad: [u32; 2],
+}
+
+/// dst[r][0..width] = src[r][0..width] for n_rows rows.
+pub fn copy_rows(step: &mut Step, src: &Rows, dst: &Rows, width: u32, n_rows: u32) -> Result<()> {
+    let p = step.gpu().pipeline(&COPY_ROWS, &Defines::default())?;
+    let params = CopyParams {
+        n_rows,
+        width,
+        src_offset: src.offset,
+        src_stride: src.stride,
+        dst_offset: dst.offset,
+        dst_stride: dst.stride,
+        _pad: [0; 2],
+    };
+    step.dispatch(&p, &params, &[src.buf, dst.buf], flat_groups(n_rows * width, 64));
+    Ok(())
+}
+
+/// dst = src over `bytes` (a multiple of 16), with a WGSL copy kernel: the bandwidth probe.
+pub fn copy_bandwidth_kernel(step: &mut Step, src: &Arc<GpuBuffer>, dst: &Arc<GpuBuffer>, bytes: u64) -> Result<()> {
+    let p = step.gpu().pipeline(&BANDWIDTH, &Defines::default().flag("BANDWIDTH"))?;
+    let words = (bytes / 16) as u32;
+    let params = CopyParams { n_rows: 1, width: words, src_offset: 0, src_stride: 0, dst_offset: 0, dst_stride: 0, _pad: [0; 2] };
+    step.dispatch(&p, &params, &[src, dst], [words.div_ceil(64 * 16).clamp(1, 65535), 1, 1]);
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! Domino's GPU engine: device and adapter choice, weights in GPU memory, the WGSL kernels and
+//! command recording. It knows nothing about models; `domino-models` builds forwards from it.
+
+pub mod bandwidth;
+pub mod context;
+pub mod error;
+pub mod kernels;
+pub mod reference;
+pub mod shader;
+pub mod step;
+pub mod tensor;
+pub mod testing;
+
+pub use context::{list_adapters, AdapterSummary, BackendChoice, Caps, Gpu, GpuBuffer, GpuOptions};
+pub use error::{EngineError, Result};
+pub use kernels::{Epilogue, Rows, SamplingConfig};
+pub use step::Step;
+pub use tensor::{HostDType, HostTensor, Matrix, WeightFormat};

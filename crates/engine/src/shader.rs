@@ -1,0 +1,115 @@
+//! WGSL sources and the tiny preprocessor that specialises them per adapter.
+//!
+//! Directives (alone on a line): `#if NAME`, `#if !NAME`, `#elif NAME`, `#else`, `#endif`.
+//! `{{NAME}}` is replaced by a value. Variants are chosen from what the device granted
+//! (shader-f16, subgroups) when a pipeline is created, so one source serves every adapter.
+
+use crate::error::{EngineError, Result};
+use std::collections::BTreeMap;
+
+pub const MATMUL: &str = include_str!("../../../shaders/matmul.wgsl");
+pub const RMSNORM: &str = include_str!("../../../shaders/rmsnorm.wgsl");
+pub const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
+pub const ATTENTION: &str = include_str!("../../../shaders/attention.wgsl");
+pub const EMBEDDING: &str = include_str!("../../../shaders/embedding.wgsl");
+pub const SAMPLING: &str = include_str!("../../../shaders/sampling.wgsl");
+pub const COPY: &str = include_str!("../../../shaders/copy.wgsl");
+
+/// Flags and values a shader is specialised with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Defines {
+    pub flags: Vec<&'static str>,
+    pub values: BTreeMap<&'static str, String>,
+}
+
+impl Defines {
+    pub fn flag(mut self, name: &'static str) -> Self {
+        self.flags.push(name);
+        self.flags.sort();
+        self.flags.dedup();
+        self
+    }
+    pub fn flag_if(self, name: &'static str, on: bool) -> Self {
+        if on {
+            self.flag(name)
+        } else {
+            self
+        }
+    }
+    pub fn value(mut self, name: &'static str, v: impl ToString) -> Self {
+        self.values.insert(name, v.to_string());
+        self
+    }
+    fn has(&self, name: &str) -> bool {
+        self.flags.contains(&name)
+    }
+}
+
+/// Expand `source` for `defines`. `enable f16;` is prepended when the F16 flag is set.
+pub fn preprocess(name: &str, source: &str, defines: &Defines) -> Result<String> {
+    let err = |line: usize, msg: &str| EngineError::Shader { name: name.to_string(), message: format!("line {}: {msg}", line + 1) };
+    // Stack of (this branch active, some branch of this #if already taken, parent active).
+    let mut stack: Vec<(bool, bool, bool)> = Vec::new();
+    let mut out = String::new();
+    if defines.has("F16") {
+        out.push_str("enable f16;\n");
+    }
+    let test = |cond: &str| -> bool {
+        let cond = cond.trim();
+        match cond.strip_prefix('!') {
+            Some(n) => !defines.has(n.trim()),
+            None => defines.has(cond),
+        }
+    };
+    for (i, line) in source.lines().enumerate() {
+        let t = line.trim_start();
+        let active = stack.last().map(|s| s.0).unwrap_or(true);
+        if let Some(cond) = t.strip_prefix("#if ") {
+            let c = active && test(cond);
+            stack.push((c, c, active));
+        } else if let Some(cond) = t.strip_prefix("#elif ") {
+            let top = stack.last_mut().ok_or_else(|| err(i, "#elif without #if"))?;
+            let c = top.2 && !top.1 && test(cond);
+            top.0 = c;
+            top.1 |= c;
+        } else if t.starts_with("#else") {
+            let top = stack.last_mut().ok_or_else(|| err(i, "#else without #if"))?;
+            top.0 = top.2 && !top.1;
+            top.1 = true;
+        } else if t.starts_with("#endif") {
+            stack.pop().ok_or_else(|| err(i, "#endif without #if"))?;
+        } else if active {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if !stack.is_empty() {
+        return Err(err(source.lines().count(), "unterminated #if"));
+    }
+    for (k, v) in &defines.values {
+        out = out.replace(&format!("{{{{{k}}}}}"), v);
+    }
+    if let Some(pos) = out.find("{{") {
+        let end = out[pos..].find("}}").map(|e| pos + e + 2).unwrap_or(out.len());
+        return Err(EngineError::Shader { name: name.to_string(), message: format!("undefined value {}", &out[pos..end]) });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branches_and_values() {
+        let src = "a\n#if X\nb\n#elif Y\nc\n#else\nd\n#endif\n#if !X\ne{{N}}\n#endif\n";
+        let x = preprocess("t", src, &Defines::default().flag("X")).unwrap();
+        assert_eq!(x, "a\nb\n");
+        let y = preprocess("t", src, &Defines::default().flag("Y").value("N", 3)).unwrap();
+        assert_eq!(y, "a\nc\ne3\n");
+        let none = preprocess("t", src, &Defines::default().value("N", 1)).unwrap();
+        assert_eq!(none, "a\nd\ne1\n");
+        assert!(preprocess("t", "#if X\n", &Defines::default()).is_err());
+        assert!(preprocess("t", "{{Q}}", &Defines::default()).is_err());
+    }
+}

@@ -1,0 +1,182 @@
+//! Command recording: a `Step` collects dispatches (pipeline, buffers, params) and submits them as ONE
+//! command buffer. Params of all dispatches go into one uniform buffer at 256-byte slots, bound with
+//! dynamic offsets, so bind groups depend only on the buffers and are cached across steps.
+
+use crate::context::{Gpu, GpuBuffer, Pipeline, PARAMS_SLOT};
+use crate::error::{EngineError, Result};
+use std::sync::Arc;
+
+struct Dispatch {
+    pipeline: Arc<Pipeline>,
+    buffers: Vec<Arc<GpuBuffer>>,
+    slot: u32,
+    groups: [u32; 3],
+}
+
+/// One submission's worth of GPU work.
+pub struct Step<'g> {
+    gpu: &'g Gpu,
+    params: Vec<u8>,
+    dispatches: Vec<Dispatch>,
+}
+
+/// Workgroup counts for `threads` invocations in workgroups of `wg`, folded into y past 65535.
+/// Shaders recover the flat index as gid.x + gid.y * 65535 * wg.
+pub fn flat_groups(threads: u32, wg: u32) -> [u32; 3] {
+    let groups = threads.div_ceil(wg).max(1);
+    if groups <= 65535 {
+        [groups, 1, 1]
+    } else {
+        [65535, groups.div_ceil(65535), 1]
+    }
+}
+
+impl<'g> Step<'g> {
+    pub fn new(gpu: &'g Gpu) -> Self {
+        Self { gpu, params: Vec::new(), dispatches: Vec::new() }
+    }
+
+    pub fn gpu(&self) -> &'g Gpu {
+        self.gpu
+    }
+
+    pub fn len(&self) -> usize {
+        self.dispatches.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dispatches.is_empty()
+    }
+
+    /// Record one dispatch. `buffers` follow the order of the kernel's declared bindings.
+    pub fn dispatch<P: bytemuck::Pod>(&mut self, pipeline: &Arc<Pipeline>, params: &P, buffers: &[&Arc<GpuBuffer>], groups: [u32; 3]) {
+        debug_assert_eq!(buffers.len(), pipeline.bindings.len(), "kernel {}", pipeline.name);
+        let slot = (self.params.len() as u64 / PARAMS_SLOT) as u32;
+        let bytes = bytemuck::bytes_of(params);
+        self.params.extend_from_slice(bytes);
+        self.params.resize(self.params.len().div_ceil(PARAMS_SLOT as usize) * PARAMS_SLOT as usize, 0);
+        self.dispatches.push(Dispatch { pipeline: pipeline.clone(), buffers: buffers.iter().map(|b| (*b).clone()).collect(), slot, groups });
+    }
+
+    fn params_buffer(&self) -> Result<Arc<GpuBuffer>> {
+        let gpu = self.gpu;
+        let needed = (self.params.len() as u64).max(PARAMS_SLOT);
+        let mut guard = gpu.params.lock().map_err(|_| EngineError::Gpu("params buffer poisoned".into()))?;
+        if let Some(b) = guard.as_ref() {
+            if b.size >= needed {
+                return Ok(b.clone());
+            }
+        }
+        // Grow (doubling); bind groups that named the old buffer are dropped with it.
+        let size = needed.next_power_of_two().max(1 << 16);
+        let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params"),
+            size,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let b = Arc::new(GpuBuffer { id: gpu.next_id(), buffer, size, label: "params".into() });
+        *guard = Some(b.clone());
+        gpu.clear_bind_groups();
+        Ok(b)
+    }
+
+    fn encode(self, encoder: &mut wgpu::CommandEncoder) -> Result<()> {
+        let gpu = self.gpu;
+        let params = self.params_buffer()?;
+        if !self.params.is_empty() {
+            gpu.queue.write_buffer(&params.buffer, 0, &self.params);
+        }
+        let mut cache = gpu.bind_groups.lock().map_err(|_| EngineError::Gpu("bind group cache poisoned".into()))?;
+        for d in &self.dispatches {
+            let mut key_ids = Vec::with_capacity(d.buffers.len() + 1);
+            key_ids.push(params.id);
+            key_ids.extend(d.buffers.iter().map(|b| b.id));
+            let key = (d.pipeline.id, key_ids);
+            if !cache.contains_key(&key) {
+                let mut entries = vec![wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &params.buffer,
+                        offset: 0,
+                        size: std::num::NonZeroU64::new(PARAMS_SLOT),
+                    }),
+                }];
+                for (b, &(binding, _)) in d.buffers.iter().zip(d.pipeline.bindings) {
+                    entries.push(wgpu::BindGroupEntry { binding, resource: b.buffer.as_entire_binding() });
+                }
+                let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(&d.pipeline.name),
+                    layout: &d.pipeline.layout,
+                    entries: &entries,
+                });
+                cache.insert(key.clone(), bg);
+            }
+        }
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None });
+        for d in &self.dispatches {
+            let mut key_ids = Vec::with_capacity(d.buffers.len() + 1);
+            key_ids.push(params.id);
+            key_ids.extend(d.buffers.iter().map(|b| b.id));
+            let bg = &cache[&(d.pipeline.id, key_ids)];
+            pass.set_pipeline(&d.pipeline.pipeline);
+            pass.set_bind_group(0, bg, &[(d.slot as u64 * PARAMS_SLOT) as u32]);
+            pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+        }
+        Ok(())
+    }
+
+    /// Submit without reading anything back.
+    pub fn submit(self) -> Result<()> {
+        let gpu = self.gpu;
+        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        self.encode(&mut encoder)?;
+        gpu.queue.submit([encoder.finish()]);
+        Ok(())
+    }
+
+    /// Submit and read `len` bytes at `offset` of `src` once the work is done (the token ids).
+    pub async fn submit_and_read(self, src: &GpuBuffer, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let gpu = self.gpu;
+        let len4 = len.div_ceil(4) * 4;
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: len4.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        self.encode(&mut encoder)?;
+        encoder.copy_buffer_to_buffer(&src.buffer, offset, &staging, 0, Some(len4));
+        gpu.queue.submit([encoder.finish()]);
+        let mut bytes = read_mapped(gpu, &staging).await?;
+        bytes.truncate(len as usize);
+        Ok(bytes)
+    }
+}
+
+/// Read a whole buffer (tests and debugging; the decode path reads only token ids).
+pub async fn read_buffer(gpu: &Gpu, src: &GpuBuffer, offset: u64, len: u64) -> Result<Vec<u8>> {
+    Step::new(gpu).submit_and_read(src, offset, len).await
+}
+
+pub async fn read_f32(gpu: &Gpu, src: &GpuBuffer, offset_elems: u64, n: usize) -> Result<Vec<f32>> {
+    let b = read_buffer(gpu, src, offset_elems * 4, n as u64 * 4).await?;
+    Ok(bytemuck::pod_collect_to_vec(&b))
+}
+
+async fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
+    let (tx, rx) = futures_channel::oneshot::channel();
+    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    // Natively the device must be polled to make progress; the browser drives itself.
+    #[cfg(not(target_arch = "wasm32"))]
+    gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| EngineError::Readback(e.to_string()))?;
+    rx.await
+        .map_err(|_| EngineError::Readback("map callback dropped".into()))?
+        .map_err(|e| EngineError::Readback(e.to_string()))?;
+    let data = staging.get_mapped_range(..).map_err(|e| EngineError::Readback(e.to_string()))?.to_vec();
+    staging.unmap();
+    Ok(data)
+}

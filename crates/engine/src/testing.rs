@@ -1,0 +1,51 @@
+//! Helpers for GPU tests (used by this crate's tests and by the crates above it).
+//!
+//! `test_gpus()` opens every adapter configuration the test suite covers: software Vulkan with its
+//! native variants (shader-f16, subgroups), the same adapter forced onto the fallback variants, and the
+//! GL adapter (no f16, no subgroups). A missing adapter is a test FAILURE, never a skip: set
+//! DOMINO_TEST_BACKENDS=vulkan (or gl) to narrow the set deliberately on a machine without one.
+
+use crate::context::{BackendChoice, Gpu, GpuOptions};
+use std::sync::Arc;
+
+/// Deterministic pseudo-random numbers for tests (xorshift), uniform in [-scale, scale).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| (self.uniform() * 2.0 - 1.0) * scale).collect()
+    }
+}
+
+pub fn test_gpus() -> Vec<(String, Arc<Gpu>)> {
+    let wanted = std::env::var("DOMINO_TEST_BACKENDS").unwrap_or_else(|_| "vulkan,gl".into());
+    let mut out = Vec::new();
+    for name in wanted.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let backend = BackendChoice::parse(name).unwrap_or_else(|e| panic!("DOMINO_TEST_BACKENDS: {e}"));
+        let native = pollster::block_on(Gpu::new(&GpuOptions { backend, ..Default::default() }))
+            .unwrap_or_else(|e| panic!("GPU test adapter '{name}' is required but unavailable: {e}"));
+        let label = format!("{name}[f16={},subgroup={}]", native.caps.f16, native.caps.subgroup);
+        let has_native_variants = native.caps.f16 || native.caps.subgroup;
+        out.push((label, native));
+        if has_native_variants {
+            let opts = GpuOptions { backend, disable_f16: true, disable_subgroup: true, ..Default::default() };
+            let fallback = pollster::block_on(Gpu::new(&opts)).unwrap_or_else(|e| panic!("GPU adapter '{name}': {e}"));
+            out.push((format!("{name}[fallback]"), fallback));
+        }
+    }
+    out
+}

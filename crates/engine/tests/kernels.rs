@@ -1,0 +1,300 @@
+//! Every kernel against the CPU reference, on every test adapter configuration, plus batch
+//! invariance: a row computed among N rows is bit-identical to the same row computed alone.
+
+use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
+use domino_engine::reference;
+use domino_engine::step::read_f32;
+use domino_engine::testing::{test_gpus, Rng};
+use domino_engine::{Epilogue, Gpu, HostDType, HostTensor, Matrix, Rows, Step, WeightFormat};
+use pollster::block_on;
+use std::sync::Arc;
+
+fn upload(gpu: &Gpu, data: &[f32]) -> Arc<domino_engine::GpuBuffer> {
+    let b = gpu.buffer("test", (data.len() * 4) as u64).unwrap();
+    gpu.write(&b, 0, data);
+    b
+}
+
+fn read(gpu: &Gpu, b: &domino_engine::GpuBuffer, n: usize) -> Vec<f32> {
+    block_on(read_f32(gpu, b, 0, n)).unwrap()
+}
+
+fn max_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+const ROW_COUNTS: [usize; 4] = [1, 2, 7, 17];
+
+fn run_matmul(gpu: &Gpu, w: &Matrix, x: &[f32], rows: usize, init: &[f32], epi: Epilogue) -> Vec<f32> {
+    let xb = upload(gpu, x);
+    let yb = upload(gpu, init);
+    let mut step = Step::new(gpu);
+    kernels::matmul(&mut step, w, &Rows::new(&xb, 0, w.k as u32), &Rows::new(&yb, 0, w.n as u32), rows as u32, epi).unwrap();
+    step.submit().unwrap();
+    read(gpu, &yb, rows * w.n)
+}
+
+#[test]
+fn matmul_matches_reference_and_is_batch_invariant() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(1);
+        for (k, n) in [(64usize, 48usize), (96, 50), (130, 7)] {
+            let wv = rng.vec(n * k, 0.5);
+            for format in [WeightFormat::F32, WeightFormat::F16] {
+                let w = Matrix::from_f32(&gpu, "w", n, k, &wv, format).unwrap();
+                // The reference sees the weights as the GPU stores them.
+                let wq: Vec<f32> = match format {
+                    WeightFormat::F32 => wv.clone(),
+                    WeightFormat::F16 => wv.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+                };
+                let x_all = rng.vec(17 * k, 1.0);
+                let alone: Vec<Vec<f32>> =
+                    (0..17).map(|r| run_matmul(&gpu, &w, &x_all[r * k..(r + 1) * k], 1, &vec![0.0; n], Epilogue::Store)).collect();
+                for rows in ROW_COUNTS {
+                    let x = &x_all[..rows * k];
+                    let y = run_matmul(&gpu, &w, x, rows, &vec![0.0; rows * n], Epilogue::Store);
+                    let want = reference::matmul(x, &wq, rows, k, n);
+                    let err = max_err(&y, &want);
+                    assert!(err < 1e-4, "{name} {format:?} k={k} n={n} rows={rows}: max err {err}");
+                    for r in 0..rows {
+                        assert_eq!(
+                            y[r * n..(r + 1) * n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            alone[r].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            "{name} {format:?}: row {r} of {rows} differs from the row computed alone"
+                        );
+                    }
+                }
+                // Residual epilogue: y = init + x·W.
+                let init = rng.vec(2 * n, 1.0);
+                let y = run_matmul(&gpu, &w, &x_all[..2 * k], 2, &init, Epilogue::Accumulate);
+                let want: Vec<f32> = reference::matmul(&x_all[..2 * k], &wq, 2, k, n).iter().zip(&init).map(|(a, b)| a + b).collect();
+                assert!(max_err(&y, &want) < 1e-4, "{name}: accumulate");
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_split_across_buffers_matches_single_buffer() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(2);
+        let (k, n) = (40, 103);
+        let wv = rng.vec(n * k, 0.5);
+        let host = HostTensor::new("w", HostDType::F32, n, k, bytemuck::cast_slice(&wv)).unwrap();
+        let whole = Matrix::upload(&gpu, &host, WeightFormat::F16, &mut |_| {}).unwrap();
+        // 40 inputs * 2 bytes * 16 columns per chunk -> 7 chunks.
+        let split = Matrix::upload_chunked(&gpu, &host, WeightFormat::F16, 40 * 2 * 16, &mut |_| {}).unwrap();
+        assert_eq!(split.chunks.len(), 7);
+        let x = rng.vec(3 * k, 1.0);
+        let a = run_matmul(&gpu, &whole, &x, 3, &vec![0.0; 3 * n], Epilogue::Store);
+        let b = run_matmul(&gpu, &split, &x, 3, &vec![0.0; 3 * n], Epilogue::Store);
+        assert_eq!(a, b, "{name}");
+        // The embedding gather over the split table equals the reference rows.
+        let ids: Vec<u32> = vec![0, 15, 16, 102, 50];
+        let idb = gpu.buffer("ids", 20).unwrap();
+        gpu.write(&idb, 0, &ids);
+        let yb = gpu.buffer("y", (ids.len() * k * 4) as u64).unwrap();
+        let mut step = Step::new(&gpu);
+        kernels::embedding(&mut step, &split, &idb, 0, &Rows::new(&yb, 0, k as u32), ids.len() as u32).unwrap();
+        step.submit().unwrap();
+        let got = read(&gpu, &yb, ids.len() * k);
+        let wq: Vec<f32> = wv.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect();
+        assert_eq!(got, reference::embedding(&wq, k, &ids), "{name} embedding");
+    }
+}
+
+#[test]
+fn glu_matches_reference() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(3);
+        let (k, n) = (48, 36);
+        let g = rng.vec(n * k, 0.4);
+        let u = rng.vec(n * k, 0.4);
+        for rows in ROW_COUNTS {
+            let x = rng.vec(rows * k, 1.0);
+            let gm = Matrix::from_f32(&gpu, "g", n, k, &g, WeightFormat::F32).unwrap();
+            let um = Matrix::from_f32(&gpu, "u", n, k, &u, WeightFormat::F32).unwrap();
+            let xb = upload(&gpu, &x);
+            let yb = gpu.buffer("y", (rows * n * 4) as u64).unwrap();
+            let mut step = Step::new(&gpu);
+            kernels::matmul_glu(&mut step, &gm, &um, &Rows::new(&xb, 0, k as u32), &Rows::new(&yb, 0, n as u32), rows as u32).unwrap();
+            step.submit().unwrap();
+            let err = max_err(&read(&gpu, &yb, rows * n), &reference::glu(&x, &g, &u, rows, k, n));
+            assert!(err < 1e-4, "{name} rows={rows}: {err}");
+        }
+    }
+}
+
+#[test]
+fn rmsnorm_and_norm_rope_match_reference() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(4);
+        for n in [16usize, 100, 576] {
+            let rows = 5;
+            let x = rng.vec(rows * n, 2.0);
+            let w = rng.vec(n, 1.0);
+            let (xb, wb) = (upload(&gpu, &x), upload(&gpu, &w));
+            let yb = gpu.buffer("y", (rows * n * 4) as u64).unwrap();
+            let mut step = Step::new(&gpu);
+            kernels::rmsnorm(&mut step, &wb, n as u32, 1e-6, &Rows::new(&xb, 0, n as u32), &Rows::new(&yb, 0, n as u32), rows as u32).unwrap();
+            step.submit().unwrap();
+            let err = max_err(&read(&gpu, &yb, rows * n), &reference::rmsnorm(&x, &w, 1e-6));
+            assert!(err < 1e-5, "{name} rmsnorm n={n}: {err}");
+        }
+        for d in [16usize, 32, 128] {
+            let (rows, heads, pos0, theta) = (3, 4, 37, 1e6);
+            let x = rng.vec(rows * heads * d, 1.5);
+            let w = rng.vec(d, 1.0);
+            let table = kernels::rope_table(&gpu, pos0 + rows, d, theta).unwrap();
+            for norm in [true, false] {
+                let (xb, wb) = (upload(&gpu, &x), upload(&gpu, &w));
+                let yb = gpu.buffer("y", (x.len() * 4) as u64).unwrap();
+                let mut step = Step::new(&gpu);
+                let stride = (heads * d) as u32;
+                let nw = if norm { Some(&wb) } else { None };
+                kernels::norm_rope(&mut step, &Rows::new(&xb, 0, stride), &Rows::new(&yb, 0, stride), nw, &table, rows as u32, heads as u32, d as u32, pos0 as u32, 1e-6)
+                    .unwrap();
+                step.submit().unwrap();
+                let want = reference::norm_rope(&x, if norm { Some(&w) } else { None }, rows, heads, d, pos0, theta, 1e-6);
+                let err = max_err(&read(&gpu, &yb, x.len()), &want);
+                assert!(err < 2e-5, "{name} norm_rope d={d} norm={norm}: {err}");
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_attention(gpu: &Gpu, shape: AttentionShape, q: &[f32], k: &Arc<domino_engine::GpuBuffer>, v: &Arc<domino_engine::GpuBuffer>, rows: usize, kv_len: usize, causal: bool) -> Vec<f32> {
+    let width = (shape.n_heads * shape.head_dim) as usize;
+    let qb = upload(gpu, q);
+    let ob = gpu.buffer("o", (rows * width * 4) as u64).unwrap();
+    let scratch = AttentionScratch::new(gpu, shape, 17, 256).unwrap();
+    let mut step = Step::new(gpu);
+    let r = Rows::new(&qb, 0, width as u32);
+    kernels::attention(&mut step, shape, &r, k, v, &Rows::new(&ob, 0, width as u32), &scratch, rows as u32, kv_len as u32, causal).unwrap();
+    step.submit().unwrap();
+    read(gpu, &ob, rows * width)
+}
+
+#[test]
+fn attention_matches_reference_and_is_batch_invariant() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(5);
+        for (hq, hkv, d) in [(4usize, 2usize, 16usize), (8, 2, 32), (2, 1, 128)] {
+            let shape = AttentionShape { n_heads: hq as u32, n_kv_heads: hkv as u32, head_dim: d as u32 };
+            let keys_total = 90;
+            let kc = rng.vec(keys_total * hkv * d, 1.0);
+            let vc = rng.vec(keys_total * hkv * d, 1.0);
+            let (kb, vb) = (upload(&gpu, &kc), upload(&gpu, &vc));
+            let q_all = rng.vec(17 * hq * d, 1.0);
+            let width = hq * d;
+            let past = 60;
+            for causal in [true, false] {
+                let kv_len = if causal { past } else { 77 };
+                // Each row alone: row r is at position past + r, so it runs with kv_len past + r.
+                let alone: Vec<Vec<f32>> = (0..17)
+                    .map(|r| {
+                        let q = &q_all[r * width..(r + 1) * width];
+                        if causal {
+                            run_attention(&gpu, shape, q, &kb, &vb, 1, past + r, true)
+                        } else {
+                            run_attention(&gpu, shape, q, &kb, &vb, 1, kv_len, false)
+                        }
+                    })
+                    .collect();
+                for rows in ROW_COUNTS {
+                    let q = &q_all[..rows * width];
+                    let got = run_attention(&gpu, shape, q, &kb, &vb, rows, kv_len, causal);
+                    let want = reference::attention(q, &kc, &vc, rows, hq, hkv, d, kv_len, past, causal);
+                    let err = max_err(&got, &want);
+                    assert!(err < 1e-5, "{name} hq={hq} hkv={hkv} d={d} causal={causal} rows={rows}: {err}");
+                    for r in 0..rows {
+                        let a: Vec<u32> = got[r * width..(r + 1) * width].iter().map(|v| v.to_bits()).collect();
+                        let b: Vec<u32> = alone[r].iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(a, b, "{name} d={d} causal={causal}: row {r} of {rows} differs from alone");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn run_sampling(gpu: &Gpu, logits: &[f32], rows: usize, vocab: usize, cfg: &SamplingConfig, counter: u32) -> Vec<u32> {
+    let lb = upload(gpu, logits);
+    let out = gpu.buffer("ids", (rows * 4) as u64).unwrap();
+    let mut step = Step::new(gpu);
+    kernels::sample(&mut step, &Rows::new(&lb, 0, vocab as u32), vocab as u32, rows as u32, &out, 0, cfg, counter).unwrap();
+    let b = block_on(step.submit_and_read(&out, 0, (rows * 4) as u64)).unwrap();
+    bytemuck::pod_collect_to_vec(&b)
+}
+
+#[test]
+fn argmax_matches_reference_with_ties() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(6);
+        let vocab = 1003;
+        let mut logits = rng.vec(4 * vocab, 3.0);
+        logits[vocab + 500] = 10.0;
+        logits[vocab + 700] = 10.0; // tie: the lower index wins
+        logits[2 * vocab + 1002] = 9.0;
+        let got = run_sampling(&gpu, &logits, 4, vocab, &SamplingConfig::greedy(), 0);
+        let want: Vec<u32> = logits.chunks(vocab).map(reference::argmax).collect();
+        assert_eq!(got, want, "{name}");
+        assert_eq!(got[1], 500);
+    }
+}
+
+#[test]
+fn sampling_follows_the_filtered_distribution() {
+    for (name, gpu) in test_gpus() {
+        let vocab = 40;
+        let mut rng = Rng::new(7);
+        let logits = rng.vec(vocab, 2.0);
+        for (t, top_k, top_p) in [(1.0f32, 0u32, 1.0f32), (0.7, 5, 1.0), (1.3, 0, 0.6)] {
+            let cfg = SamplingConfig { temperature: t, top_k, top_p, seed: 1234 };
+            // Many rows in one dispatch: row r draws with counter r, so this is n independent draws.
+            let n = 4000;
+            let all: Vec<f32> = (0..n).flat_map(|_| logits.iter().copied()).collect();
+            let draws = run_sampling(&gpu, &all, n, vocab, &cfg, 0);
+            let p = reference::sampling_distribution(&logits, t, top_k as usize, top_p);
+            let mut counts = vec![0usize; vocab];
+            for d in &draws {
+                counts[*d as usize] += 1;
+            }
+            for (i, c) in counts.iter().enumerate() {
+                assert!(p[i] > 0.0 || *c == 0, "{name}: token {i} drawn {c} times outside the kept set (t={t} k={top_k} p={top_p})");
+            }
+            // Chi-square over kept tokens with expected count >= 5; fixed seed, 0.1% significance.
+            let (mut chi, mut dof) = (0.0, 0usize);
+            for i in 0..vocab {
+                let e = p[i] * n as f64;
+                if e >= 5.0 {
+                    chi += (counts[i] as f64 - e).powi(2) / e;
+                    dof += 1;
+                }
+            }
+            let dof = dof.saturating_sub(1).max(1) as f64;
+            // Wilson-Hilferty approximation of the 99.9% chi-square quantile.
+            let crit = dof * (1.0 - 2.0 / (9.0 * dof) + 3.09 * (2.0 / (9.0 * dof)).sqrt()).powi(3);
+            assert!(chi < crit, "{name} t={t} k={top_k} p={top_p}: chi2 {chi:.1} >= {crit:.1} (dof {dof})");
+            // Same seed and counter: the same draws.
+            assert_eq!(draws[..50], run_sampling(&gpu, &all[..50 * vocab], 50, vocab, &cfg, 0)[..], "{name}: not reproducible");
+        }
+    }
+}
+
+#[test]
+fn test_adapters_cover_native_and_fallback_variants() {
+    let gpus = test_gpus();
+    for (name, g) in &gpus {
+        eprintln!("test adapter {name}: {} ({})", g.info.name, g.info.backend);
+    }
+    let wanted = std::env::var("DOMINO_TEST_BACKENDS").unwrap_or_else(|_| "vulkan,gl".into());
+    if wanted.contains("gl") {
+        assert!(gpus.iter().any(|(_, g)| g.info.backend == "gl" && !g.caps.f16 && !g.caps.subgroup), "GL adapter with fallback kernels missing");
+    }
+    if wanted.contains("vulkan") {
+        assert!(gpus.iter().any(|(_, g)| g.info.backend == "vulkan"), "Vulkan adapter missing");
+    }
+}

@@ -1,0 +1,135 @@
+// attention.wgsl: scaled dot-product attention with GQA over a KV cache, for N query rows.
+// Two entry points run back to back (split-KV, "flash decoding"):
+//   partial: one invocation per (row, head, chunk of CHUNK keys) writes the chunk's unnormalised
+//            output sum_j e^(s_j - m) v_j and its (m, l) softmax statistics;
+//   combine: one invocation per (row, head, channel) merges the chunks in chunk order.
+//
+// Bindings (group 0):
+//   0 uniform  Params (dynamic offset)
+//   1 storage  q: array<f32>, row r head h at q_offset + r * q_stride + h * head_dim      (partial)
+//   2 storage  k_cache: array<f32>, [position][n_kv_heads][head_dim]                     (partial)
+//   3 storage  v_cache: array<f32>, same layout                                           (partial)
+//   4 storage  part: array<f32>, [row][head][n_chunks][head_dim] partial outputs   (rw / read)
+//   5 storage  stats: array<vec2<f32>>, [row][head][n_chunks] = (max score m, sum e^(s-m))  (rw / read)
+//   6 storage  out: array<f32>, row r head h at out_offset + r * out_stride + h * head_dim  (combine)
+//
+// Masking: causal=1 -> row r sees keys [0, kv_len + r] (kv_len = keys cached before row 0; rows are
+// consecutive positions); causal=0 -> every row sees keys [0, kv_len) (the drafter's unmasked pass over
+// [context cache ++ block]). Query head h reads kv head h / (n_heads / n_kv_heads).
+// Invariants: chunk boundaries are absolute key indices and every sum runs in a fixed order, so a row's
+// output does not depend on how many rows are in the batch (batch invariance). head_dim <= 256.
+
+struct Params {
+    n_rows: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    q_offset: u32,
+    q_stride: u32,
+    kv_len: u32,
+    causal: u32,
+    n_chunks: u32,
+    scale: f32,
+    out_offset: u32,
+    out_stride: u32,
+}
+
+const CHUNK: u32 = 32u;
+const NEG_BIG: f32 = -3.0e38;
+
+@group(0) @binding(0) var<uniform> p: Params;
+#if PARTIAL
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> k_cache: array<f32>;
+@group(0) @binding(3) var<storage, read> v_cache: array<f32>;
+@group(0) @binding(4) var<storage, read_write> part: array<f32>;
+@group(0) @binding(5) var<storage, read_write> stats: array<vec2<f32>>;
+#else
+@group(0) @binding(4) var<storage, read> part: array<f32>;
+@group(0) @binding(5) var<storage, read> stats: array<vec2<f32>>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+#endif
+
+fn visible_keys(row: u32) -> u32 {
+    if (p.causal != 0u) {
+        return p.kv_len + row + 1u;
+    }
+    return p.kv_len;
+}
+
+#if PARTIAL
+@compute @workgroup_size(64)
+fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.x + gid.y * 65535u * 64u;
+    if (t >= p.n_rows * p.n_heads * p.n_chunks) {
+        return;
+    }
+    let chunk = t % p.n_chunks;
+    let head = (t / p.n_chunks) % p.n_heads;
+    let row = t / (p.n_chunks * p.n_heads);
+    let d = p.head_dim;
+    let start = chunk * CHUNK;
+    let visible = visible_keys(row);
+    if (start >= visible) {
+        stats[t] = vec2<f32>(NEG_BIG, 0.0);
+        return;
+    }
+    let end = min(start + CHUNK, visible);
+    let kv_head = head / (p.n_heads / p.n_kv_heads);
+    let qb = p.q_offset + row * p.q_stride + head * d;
+    var s: array<f32, 32>;
+    var m = NEG_BIG;
+    for (var j = start; j < end; j = j + 1u) {
+        let kb = (j * p.n_kv_heads + kv_head) * d;
+        var dot = 0.0;
+        for (var i = 0u; i < d; i = i + 1u) {
+            dot = fma(q[qb + i], k_cache[kb + i], dot);
+        }
+        let score = dot * p.scale;
+        s[j - start] = score;
+        m = max(m, score);
+    }
+    var l = 0.0;
+    for (var j = start; j < end; j = j + 1u) {
+        let e = exp(s[j - start] - m);
+        s[j - start] = e;
+        l = l + e;
+    }
+    let pb = t * d;
+    for (var i = 0u; i < d; i = i + 1u) {
+        var a = 0.0;
+        for (var j = start; j < end; j = j + 1u) {
+            a = fma(s[j - start], v_cache[(j * p.n_kv_heads + kv_head) * d + i], a);
+        }
+        part[pb + i] = a;
+    }
+    stats[t] = vec2<f32>(m, l);
+}
+#else
+@compute @workgroup_size(64)
+fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.x + gid.y * 65535u * 64u;
+    let d = p.head_dim;
+    if (t >= p.n_rows * p.n_heads * d) {
+        return;
+    }
+    let i = t % d;
+    let head = (t / d) % p.n_heads;
+    let row = t / (d * p.n_heads);
+    let n_used = (visible_keys(row) + CHUNK - 1u) / CHUNK;
+    let sb = (row * p.n_heads + head) * p.n_chunks;
+    var m = NEG_BIG;
+    for (var c = 0u; c < n_used; c = c + 1u) {
+        m = max(m, stats[sb + c].x);
+    }
+    var l = 0.0;
+    var o = 0.0;
+    for (var c = 0u; c < n_used; c = c + 1u) {
+        let st = stats[sb + c];
+        let f = exp(st.x - m);
+        l = fma(st.y, f, l);
+        o = fma(part[(sb + c) * d + i], f, o);
+    }
+    out[p.out_offset + row * p.out_stride + head * d + i] = o / l;
+}
+#endif

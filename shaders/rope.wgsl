@@ -1,0 +1,68 @@
+// rope.wgsl: optional per-head RMSNorm (Qwen3's q_norm / k_norm) then rotate-half (NeoX) RoPE.
+// One invocation per (row, head).
+//
+// Bindings (group 0):
+//   0 uniform  Params (dynamic offset)
+//   1 storage  src: array<f32>, row r head h at src_offset + r * src_stride + h * head_dim
+//   2 storage  norm_w: array<f32>, [head_dim] (ignored when use_norm = 0)
+//   3 storage  rope: array<vec2<f32>>, [position][head_dim / 2] = (cos, sin), computed on the CPU
+//              in f64 from f32 angles so every backend rotates by the same numbers
+//   4 storage  dst: array<f32>, row r head h at dst_offset + r * dst_stride + h * head_dim
+//              (for K this is the cache: dst_offset = first position * n_kv_heads * head_dim)
+// Row r sits at position pos0 + r. Pairs are (i, i + head_dim/2). Per-row work only: batch-invariant.
+
+struct Params {
+    n_rows: u32,
+    n_heads: u32,
+    head_dim: u32,
+    src_offset: u32,
+    src_stride: u32,
+    dst_offset: u32,
+    dst_stride: u32,
+    pos0: u32,
+    use_norm: u32,
+    eps: f32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> src: array<f32>;
+@group(0) @binding(2) var<storage, read> norm_w: array<f32>;
+@group(0) @binding(3) var<storage, read> rope: array<vec2<f32>>;
+@group(0) @binding(4) var<storage, read_write> dst: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.x;
+    if (t >= p.n_rows * p.n_heads) {
+        return;
+    }
+    let head = t % p.n_heads;
+    let row = t / p.n_heads;
+    let d = p.head_dim;
+    let half_d = d / 2u;
+    let sb = p.src_offset + row * p.src_stride + head * d;
+    let db = p.dst_offset + row * p.dst_stride + head * d;
+    var inv = 1.0;
+    if (p.use_norm != 0u) {
+        var ss = 0.0;
+        for (var i = 0u; i < d; i = i + 1u) {
+            let v = src[sb + i];
+            ss = fma(v, v, ss);
+        }
+        inv = 1.0 / sqrt(ss / f32(d) + p.eps);
+    }
+    let rb = (p.pos0 + row) * half_d;
+    for (var i = 0u; i < half_d; i = i + 1u) {
+        var a = src[sb + i];
+        var b = src[sb + i + half_d];
+        if (p.use_norm != 0u) {
+            a = a * inv * norm_w[i];
+            b = b * inv * norm_w[i + half_d];
+        }
+        let cs = rope[rb + i];
+        dst[db + i] = a * cs.x - b * cs.y;
+        dst[db + i + half_d] = b * cs.x + a * cs.y;
+    }
+}
