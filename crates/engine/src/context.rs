@@ -398,6 +398,19 @@ impl Gpu {
         Ok(module)
     }
 
+    /// Start watching allocations for out-of-memory errors (wgpu reports them asynchronously).
+    pub fn begin_allocation_check(&self) -> wgpu::ErrorScopeGuard {
+        self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory)
+    }
+
+    /// Turn an out-of-memory error raised since `begin_allocation_check` into a clear error.
+    pub fn end_allocation_check(&self, scope: wgpu::ErrorScopeGuard, what: &str) -> Result<()> {
+        match block_on_ready(scope.pop()) {
+            Some(e) => Err(EngineError::OutOfMemory { what: what.to_string(), message: e.to_string(), adapter: self.info.name.clone() }),
+            None => Ok(()),
+        }
+    }
+
     /// Forget cached bind groups (call when buffers they reference are dropped, e.g. a session ends).
     pub fn clear_bind_groups(&self) {
         if let Ok(mut m) = self.bind_groups.lock() {

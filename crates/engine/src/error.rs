@@ -13,6 +13,8 @@ pub enum EngineError {
     RequestDevice { adapter: String, message: String },
     #[error("{what} needs {needed} bytes but adapter '{adapter}' allows at most {limit} ({limit_name})")]
     LimitTooSmall { what: String, needed: u64, limit: u64, limit_name: &'static str, adapter: String },
+    #[error("adapter '{adapter}' ran out of memory while allocating {what}: {message}")]
+    OutOfMemory { what: String, message: String, adapter: String },
     #[error("shader {name}: {message}")]
     Shader { name: String, message: String },
     #[error("tensor {name}: {message}")]

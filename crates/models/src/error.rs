@@ -1,0 +1,35 @@
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Errors from reading model files and building forwards. Every message names the file or tensor.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    #[error("{path}: file not found")]
+    Missing { path: PathBuf },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: malformed JSON: {message}")]
+    Json { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Config { path: PathBuf, message: String },
+    #[error("{path}: unsupported architecture {arch}: this build runs Qwen3ForCausalLM (model_type qwen3)")]
+    UnknownArchitecture { path: PathBuf, arch: String },
+    #[error("{path}: corrupt or truncated safetensors file: {message}")]
+    Safetensors { path: PathBuf, message: String },
+    #[error("tensor {name}: missing from the checkpoint ({where_})")]
+    MissingTensor { name: String, where_: String },
+    #[error("tensor {name}: expected shape {expected:?}, found {found:?} (in {path})")]
+    Shape { name: String, expected: Vec<usize>, found: Vec<usize>, path: PathBuf },
+    #[error("tensor {name}: unsupported dtype {dtype} (in {path}); expected F32, F16 or BF16")]
+    DType { name: String, dtype: String, path: PathBuf },
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+    #[error("token id {id} is outside the vocabulary (vocab_size {vocab})")]
+    TokenOutOfRange { id: u32, vocab: usize },
+    #[error(transparent)]
+    Engine(#[from] domino_engine::EngineError),
+}
+
+pub type Result<T> = std::result::Result<T, ModelError>;

@@ -1,0 +1,286 @@
+//! The Qwen3 target on the GPU (and the Llama family: the same layer without q_norm / k_norm).
+//!
+//! A forward is recorded into a `Step`, never submitted here: the runtime decides what goes into one
+//! submission (a decode step, a verify pass, a whole prefill) and reads back only token ids.
+
+use crate::checkpoint::{expect_tensor, RawTensor, WeightSource};
+use crate::config::Qwen3Config;
+use crate::error::Result;
+use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
+use domino_engine::{Epilogue, Gpu, GpuBuffer, HostTensor, Matrix, Rows, Step, WeightFormat};
+use std::sync::Arc;
+
+pub struct LayerWeights {
+    pub input_norm: Arc<GpuBuffer>,
+    pub q: Matrix,
+    pub k: Matrix,
+    pub v: Matrix,
+    pub o: Matrix,
+    pub q_norm: Option<Arc<GpuBuffer>>,
+    pub k_norm: Option<Arc<GpuBuffer>>,
+    pub post_norm: Arc<GpuBuffer>,
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+}
+
+pub struct Qwen3Model {
+    pub gpu: Arc<Gpu>,
+    pub config: Qwen3Config,
+    pub format: WeightFormat,
+    /// The embedding as a `[hidden -> vocab]` matrix; it is also the lm_head when tied.
+    pub embed: Matrix,
+    lm_head: Option<Matrix>,
+    pub layers: Vec<LayerWeights>,
+    pub norm: Arc<GpuBuffer>,
+}
+
+/// Loading progress: (bytes done, bytes total, tensor name).
+pub type Progress<'a> = &'a mut dyn FnMut(u64, u64, &str);
+
+fn host<'a>(name: &'a str, t: &RawTensor<'a>) -> Result<HostTensor<'a>> {
+    let (rows, cols) = match t.shape {
+        [n] => (1, *n),
+        [r, c] => (*r, *c),
+        _ => (t.shape.iter().product(), 1),
+    };
+    Ok(HostTensor::new(name, t.dtype, rows, cols, t.data)?)
+}
+
+impl Qwen3Model {
+    /// Load and upload every weight, validating names and shapes against `config`.
+    pub fn load(gpu: Arc<Gpu>, config: Qwen3Config, src: &dyn WeightSource, format: WeightFormat, progress: Progress) -> Result<Self> {
+        let c = &config;
+        let (h, qw, kvw, inter, v) = (c.hidden_size, c.q_width(), c.kv_width(), c.intermediate_size, c.vocab_size);
+        let untied = !c.tie_word_embeddings;
+        // Plan: every tensor with its expected shape, so totals are known and shapes checked up front.
+        let mut plan: Vec<(String, Vec<usize>)> = vec![("model.embed_tokens.weight".into(), vec![v, h])];
+        for l in 0..c.num_layers {
+            let p = format!("model.layers.{l}.");
+            plan.push((p.clone() + "input_layernorm.weight", vec![h]));
+            plan.push((p.clone() + "self_attn.q_proj.weight", vec![qw, h]));
+            plan.push((p.clone() + "self_attn.k_proj.weight", vec![kvw, h]));
+            plan.push((p.clone() + "self_attn.v_proj.weight", vec![kvw, h]));
+            plan.push((p.clone() + "self_attn.o_proj.weight", vec![h, qw]));
+            if c.qk_norm {
+                plan.push((p.clone() + "self_attn.q_norm.weight", vec![c.head_dim]));
+                plan.push((p.clone() + "self_attn.k_norm.weight", vec![c.head_dim]));
+            }
+            plan.push((p.clone() + "post_attention_layernorm.weight", vec![h]));
+            plan.push((p.clone() + "mlp.gate_proj.weight", vec![inter, h]));
+            plan.push((p.clone() + "mlp.up_proj.weight", vec![inter, h]));
+            plan.push((p.clone() + "mlp.down_proj.weight", vec![h, inter]));
+        }
+        plan.push(("model.norm.weight".into(), vec![h]));
+        if untied {
+            plan.push(("lm_head.weight".into(), vec![v, h]));
+        }
+        let mut total = 0u64;
+        for (name, shape) in &plan {
+            total += expect_tensor(src, name, shape)?.data.len() as u64;
+        }
+
+        let scope = gpu.begin_allocation_check();
+        let mut done = 0u64;
+        let mut mat = |name: &str, n: usize, k: usize| -> Result<Matrix> {
+            let t = expect_tensor(src, name, &[n, k])?;
+            let m = Matrix::upload(&gpu, &host(name, &t)?, format, &mut |b| {
+                done += b;
+                progress(done, total, name);
+            })?;
+            Ok(m)
+        };
+        let embed = mat("model.embed_tokens.weight", v, h)?;
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for l in 0..c.num_layers {
+            let p = format!("model.layers.{l}.");
+            let vecw = |name: &str, n: usize| -> Result<Arc<GpuBuffer>> {
+                let full = p.clone() + name;
+                let t = expect_tensor(src, &full, &[n])?;
+                Ok(domino_engine::tensor::upload_vector(&gpu, &host(&full, &t)?)?)
+            };
+            let input_norm = vecw("input_layernorm.weight", h)?;
+            let (q_norm, k_norm) =
+                if c.qk_norm { (Some(vecw("self_attn.q_norm.weight", c.head_dim)?), Some(vecw("self_attn.k_norm.weight", c.head_dim)?)) } else { (None, None) };
+            let post_norm = vecw("post_attention_layernorm.weight", h)?;
+            layers.push(LayerWeights {
+                input_norm,
+                q: mat(&(p.clone() + "self_attn.q_proj.weight"), qw, h)?,
+                k: mat(&(p.clone() + "self_attn.k_proj.weight"), kvw, h)?,
+                v: mat(&(p.clone() + "self_attn.v_proj.weight"), kvw, h)?,
+                o: mat(&(p.clone() + "self_attn.o_proj.weight"), h, qw)?,
+                q_norm,
+                k_norm,
+                post_norm,
+                gate: mat(&(p.clone() + "mlp.gate_proj.weight"), inter, h)?,
+                up: mat(&(p.clone() + "mlp.up_proj.weight"), inter, h)?,
+                down: mat(&(p.clone() + "mlp.down_proj.weight"), h, inter)?,
+            });
+        }
+        let lm_head = if untied { Some(mat("lm_head.weight", v, h)?) } else { None };
+        let t = expect_tensor(src, "model.norm.weight", &[h])?;
+        let norm = domino_engine::tensor::upload_vector(&gpu, &host("model.norm.weight", &t)?)?;
+        gpu.end_allocation_check(scope, "the model weights")?;
+        Ok(Self { gpu, config, format, embed, lm_head, layers, norm })
+    }
+
+    pub fn lm_head(&self) -> &Matrix {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// Bytes of weights one decode step reads (every matrix but the gathered embedding rows).
+    pub fn decode_weight_bytes(&self) -> u64 {
+        let layers: u64 = self.layers.iter().map(|l| l.q.bytes() + l.k.bytes() + l.v.bytes() + l.o.bytes() + l.gate.bytes() + l.up.bytes() + l.down.bytes()).sum();
+        layers + self.lm_head().bytes()
+    }
+
+    pub fn attention_shape(&self) -> AttentionShape {
+        AttentionShape { n_heads: self.config.num_heads as u32, n_kv_heads: self.config.num_kv_heads as u32, head_dim: self.config.head_dim as u32 }
+    }
+
+    /// GPU state of one sequence: KV cache for `capacity` positions and activations for `max_rows`
+    /// rows per pass, `max_logit_rows` rows of logits.
+    pub fn new_state(&self, capacity: usize, max_rows: usize, max_logit_rows: usize) -> Result<ForwardState> {
+        let gpu = &self.gpu;
+        let c = &self.config;
+        let scope = gpu.begin_allocation_check();
+        let kv_bytes = (capacity * c.kv_width() * 4) as u64;
+        let mut k_cache = Vec::new();
+        let mut v_cache = Vec::new();
+        for l in 0..c.num_layers {
+            k_cache.push(gpu.binding_buffer(&format!("KV cache (K, layer {l}, {capacity} positions)"), kv_bytes)?);
+            v_cache.push(gpu.binding_buffer(&format!("KV cache (V, layer {l}, {capacity} positions)"), kv_bytes)?);
+        }
+        let shape = self.attention_shape();
+        let chunks = capacity.div_ceil(kernels::ATTENTION_CHUNK as usize) as u64;
+        let per_row = shape.n_heads as u64 * chunks * shape.head_dim as u64 * 4;
+        let scratch_rows = ((32u64 << 20) / per_row.max(1)).clamp(1, max_rows as u64) as u32;
+        let scratch = AttentionScratch::new(gpu, shape, scratch_rows, capacity as u32)?;
+        let f = |name: &str, width: usize, rows: usize| gpu.binding_buffer(name, (rows * width * 4) as u64);
+        let state = ForwardState {
+            rope: kernels::rope_table(gpu, capacity, c.head_dim, c.rope_theta)?,
+            scratch,
+            x: f("x", c.hidden_size, max_rows)?,
+            a: f("normed", c.hidden_size, max_rows)?,
+            q_raw: f("q (projected)", c.q_width(), max_rows)?,
+            q: f("q (rotated)", c.q_width(), max_rows)?,
+            k_raw: f("k (projected)", c.kv_width(), max_rows)?,
+            att: f("attention out", c.q_width(), max_rows)?,
+            mlp: f("mlp", c.intermediate_size, max_rows)?,
+            logits: f("logits", c.vocab_size, max_logit_rows)?,
+            ids: gpu.binding_buffer("token ids", (capacity * 4) as u64)?,
+            out_ids: gpu.binding_buffer("sampled ids", (max_logit_rows.max(1) * 4) as u64)?,
+            k_cache,
+            v_cache,
+            capacity,
+            max_rows,
+            max_logit_rows,
+        };
+        gpu.end_allocation_check(scope, &format!("a KV cache of {capacity} positions"))?;
+        Ok(state)
+    }
+
+    /// Record a forward over rows at positions [pos0, pos0 + n_rows) whose token ids are already in
+    /// `state.ids` at those positions. K/V are written into the cache; logits are computed for rows
+    /// [logits_from, n_rows) into `state.logits` rows 0...
+    pub fn record_forward(&self, step: &mut Step, state: &ForwardState, fwd: &Forward) -> Result<()> {
+        let c = &self.config;
+        let (h, qw, kvw, inter) = (c.hidden_size as u32, c.q_width() as u32, c.kv_width() as u32, c.intermediate_size as u32);
+        let eps = c.rms_norm_eps;
+        let shape = self.attention_shape();
+        let n_logits = fwd.n_rows.saturating_sub(fwd.logits_from);
+        if n_logits as usize > state.max_logit_rows || (fwd.pos0 + fwd.n_rows) as usize > state.capacity {
+            return Err(domino_engine::EngineError::Gpu(format!(
+                "forward of {} rows at position {} exceeds the session state ({} positions, {} logit rows)",
+                fwd.n_rows, fwd.pos0, state.capacity, state.max_logit_rows
+            ))
+            .into());
+        }
+        let x = Rows::new(&state.x, 0, h);
+        let a = Rows::new(&state.a, 0, h);
+        let mut r0 = 0;
+        while r0 < fwd.n_rows {
+            let nb = (fwd.n_rows - r0).min(state.max_rows as u32);
+            let pos = fwd.pos0 + r0;
+            kernels::embedding(step, &self.embed, &state.ids, pos, &x, nb)?;
+            for (li, l) in self.layers.iter().enumerate() {
+                let kc = &state.k_cache[li];
+                let vc = &state.v_cache[li];
+                kernels::rmsnorm(step, &l.input_norm, h, eps, &x, &a, nb)?;
+                kernels::matmul(step, &l.q, &a, &Rows::new(&state.q_raw, 0, qw), nb, Epilogue::Store)?;
+                kernels::matmul(step, &l.k, &a, &Rows::new(&state.k_raw, 0, kvw), nb, Epilogue::Store)?;
+                kernels::matmul(step, &l.v, &a, &Rows::new(vc, pos * kvw, kvw), nb, Epilogue::Store)?;
+                let (hd, hq, hkv) = (c.head_dim as u32, c.num_heads as u32, c.num_kv_heads as u32);
+                kernels::norm_rope(step, &Rows::new(&state.q_raw, 0, qw), &Rows::new(&state.q, 0, qw), l.q_norm.as_ref(), &state.rope, nb, hq, hd, pos, eps)?;
+                kernels::norm_rope(step, &Rows::new(&state.k_raw, 0, kvw), &Rows::new(kc, pos * kvw, kvw), l.k_norm.as_ref(), &state.rope, nb, hkv, hd, pos, eps)?;
+                kernels::attention(step, shape, &Rows::new(&state.q, 0, qw), kc, vc, &Rows::new(&state.att, 0, qw), &state.scratch, nb, pos, true)?;
+                kernels::matmul(step, &l.o, &Rows::new(&state.att, 0, qw), &x, nb, Epilogue::Accumulate)?;
+                kernels::rmsnorm(step, &l.post_norm, h, eps, &x, &a, nb)?;
+                kernels::matmul_glu(step, &l.gate, &l.up, &a, &Rows::new(&state.mlp, 0, inter), nb)?;
+                kernels::matmul(step, &l.down, &Rows::new(&state.mlp, 0, inter), &x, nb, Epilogue::Accumulate)?;
+                if let Some(cap) = &fwd.capture {
+                    if let Some(slot) = cap.layers.iter().position(|&c| c == li) {
+                        let width = cap.layers.len() as u32 * h;
+                        let dst = Rows::new(cap.dst, (cap.dst_row + r0) * width + slot as u32 * h, width);
+                        kernels::copy_rows(step, &x, &dst, h, nb)?;
+                    }
+                }
+            }
+            // Final norm + lm_head for the rows of this sub-batch that need logits.
+            let s = fwd.logits_from.max(r0);
+            let e = r0 + nb;
+            if s < e {
+                let local = s - r0;
+                kernels::rmsnorm(step, &self.norm, h, eps, &x.skip(local), &a.skip(local), e - s)?;
+                let v = c.vocab_size as u32;
+                kernels::matmul(step, self.lm_head(), &a.skip(local), &Rows::new(&state.logits, (s - fwd.logits_from) * v, v), e - s, Epilogue::Store)?;
+            }
+            r0 += nb;
+        }
+        Ok(())
+    }
+
+    /// Record sampling of logits rows [0, n) into state.out_ids[0..n].
+    pub fn record_sample(&self, step: &mut Step, state: &ForwardState, n: u32, cfg: &SamplingConfig, counter: u32) -> Result<()> {
+        let v = self.config.vocab_size as u32;
+        kernels::sample(step, &Rows::new(&state.logits, 0, v), v, n, &state.out_ids, 0, cfg, counter)?;
+        Ok(())
+    }
+}
+
+/// Capture the residual stream after `layers` into `dst`, row-major `[row][layers.len() * hidden]`,
+/// forward row r going to dst row dst_row + r.
+pub struct Capture<'a> {
+    pub layers: &'a [usize],
+    pub dst: &'a Arc<GpuBuffer>,
+    pub dst_row: u32,
+}
+
+pub struct Forward<'a> {
+    pub pos0: u32,
+    pub n_rows: u32,
+    pub logits_from: u32,
+    pub capture: Option<Capture<'a>>,
+}
+
+/// Per-sequence GPU state: the KV cache (a length reset is a rollback), activations, logits, ids.
+pub struct ForwardState {
+    pub k_cache: Vec<Arc<GpuBuffer>>,
+    pub v_cache: Vec<Arc<GpuBuffer>>,
+    pub rope: Arc<GpuBuffer>,
+    pub scratch: AttentionScratch,
+    pub x: Arc<GpuBuffer>,
+    pub a: Arc<GpuBuffer>,
+    pub q_raw: Arc<GpuBuffer>,
+    pub q: Arc<GpuBuffer>,
+    pub k_raw: Arc<GpuBuffer>,
+    pub att: Arc<GpuBuffer>,
+    pub mlp: Arc<GpuBuffer>,
+    pub logits: Arc<GpuBuffer>,
+    /// Token id of every position (row r of a forward reads ids[pos0 + r]).
+    pub ids: Arc<GpuBuffer>,
+    pub out_ids: Arc<GpuBuffer>,
+    pub capacity: usize,
+    pub max_rows: usize,
+    pub max_logit_rows: usize,
+}

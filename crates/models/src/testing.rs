@@ -1,0 +1,213 @@
+//! Tiny random Qwen3-architecture models written to disk (config.json, safetensors single or sharded
+//! in f32 / f16 / bf16, a byte-level tokenizer and a ChatML template), deterministic from a seed.
+//! Tests generate every shape edge case with these; the CLI's built-in default model is one of them.
+
+use crate::error::{ModelError, Result};
+use domino_engine::testing::Rng;
+use domino_engine::HostDType;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Debug, Clone)]
+pub struct TinySpec {
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    pub tied: bool,
+    pub qk_norm: bool,
+    pub dtype: HostDType,
+    pub shards: usize,
+    pub max_position: usize,
+    pub rope_theta: f64,
+    pub seed: u64,
+    /// Scale of the embedding values: larger gives larger logit margins (fewer near-ties).
+    pub embed_scale: f32,
+}
+
+impl Default for TinySpec {
+    /// The built-in default: q width (4 x 32 = 128) differs from hidden (64), GQA 2:1, untied.
+    fn default() -> Self {
+        Self {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 32,
+            intermediate: 128,
+            vocab: 384,
+            tied: false,
+            qk_norm: true,
+            dtype: HostDType::BF16,
+            shards: 1,
+            max_position: 2048,
+            rope_theta: 1_000_000.0,
+            seed: 7,
+            embed_scale: 1.0,
+        }
+    }
+}
+
+/// Special tokens of the tiny tokenizer (after the 256 byte tokens).
+pub const ENDOFTEXT: u32 = 256;
+pub const IM_START: u32 = 257;
+pub const IM_END: u32 = 258;
+
+const CHAT_TEMPLATE: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}";
+
+fn encode(dtype: HostDType, v: &[f32]) -> Vec<u8> {
+    match dtype {
+        HostDType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        HostDType::F16 => v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect(),
+        HostDType::BF16 => v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect(),
+    }
+}
+
+fn st_dtype(d: HostDType) -> safetensors::Dtype {
+    match d {
+        HostDType::F32 => safetensors::Dtype::F32,
+        HostDType::F16 => safetensors::Dtype::F16,
+        HostDType::BF16 => safetensors::Dtype::BF16,
+    }
+}
+
+/// All tensors of the spec, in a stable order: (name, shape, values).
+pub fn tiny_tensors(s: &TinySpec) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut rng = Rng::new(s.seed);
+    let mut t = Vec::new();
+    let (h, qw, kvw, i) = (s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim, s.intermediate);
+    let lin = |rng: &mut Rng, name: String, n: usize, k: usize| (name, vec![n, k], rng.vec(n * k, 1.0 / (k as f32).sqrt()));
+    let norm = |rng: &mut Rng, name: String, n: usize| (name, vec![n], rng.vec(n, 0.2).into_iter().map(|v| 1.0 + v).collect::<Vec<f32>>());
+    t.push(("model.embed_tokens.weight".to_string(), vec![s.vocab, h], rng.vec(s.vocab * h, s.embed_scale)));
+    for l in 0..s.layers {
+        let p = format!("model.layers.{l}.");
+        t.push(norm(&mut rng, p.clone() + "input_layernorm.weight", h));
+        t.push(lin(&mut rng, p.clone() + "self_attn.q_proj.weight", qw, h));
+        t.push(lin(&mut rng, p.clone() + "self_attn.k_proj.weight", kvw, h));
+        t.push(lin(&mut rng, p.clone() + "self_attn.v_proj.weight", kvw, h));
+        t.push(lin(&mut rng, p.clone() + "self_attn.o_proj.weight", h, qw));
+        if s.qk_norm {
+            t.push(norm(&mut rng, p.clone() + "self_attn.q_norm.weight", s.head_dim));
+            t.push(norm(&mut rng, p.clone() + "self_attn.k_norm.weight", s.head_dim));
+        }
+        t.push(norm(&mut rng, p.clone() + "post_attention_layernorm.weight", h));
+        t.push(lin(&mut rng, p.clone() + "mlp.gate_proj.weight", i, h));
+        t.push(lin(&mut rng, p.clone() + "mlp.up_proj.weight", i, h));
+        t.push(lin(&mut rng, p.clone() + "mlp.down_proj.weight", h, i));
+    }
+    t.push(norm(&mut rng, "model.norm.weight".into(), h));
+    if !s.tied {
+        t.push(lin(&mut rng, "lm_head.weight".into(), s.vocab, h));
+    }
+    t
+}
+
+pub fn config_json(s: &TinySpec) -> serde_json::Value {
+    serde_json::json!({
+        "architectures": [if s.qk_norm { "Qwen3ForCausalLM" } else { "LlamaForCausalLM" }],
+        "model_type": if s.qk_norm { "qwen3" } else { "llama" },
+        "hidden_size": s.hidden,
+        "num_hidden_layers": s.layers,
+        "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads,
+        "head_dim": s.head_dim,
+        "intermediate_size": s.intermediate,
+        "vocab_size": s.vocab,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": s.rope_theta,
+        "max_position_embeddings": s.max_position,
+        "tie_word_embeddings": s.tied,
+        "hidden_act": "silu",
+        "attention_bias": false,
+        "eos_token_id": IM_END,
+        "bos_token_id": ENDOFTEXT,
+        "torch_dtype": "bfloat16",
+    })
+}
+
+/// GPT-2's byte -> printable character map used by byte-level BPE.
+fn byte_to_char() -> Vec<char> {
+    let mut bs: Vec<u32> = (33..=126).chain(161..=172).chain(174..=255).collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    let mut map = vec![' '; 256];
+    for (b, c) in bs.iter().zip(cs) {
+        map[*b as usize] = char::from_u32(c).unwrap_or('?');
+    }
+    map
+}
+
+/// A byte-level BPE tokenizer with no merges: ids 0..256 are bytes, then the special tokens.
+pub fn tokenizer_json() -> serde_json::Value {
+    let chars = byte_to_char();
+    let vocab: BTreeMap<String, u32> = (0..256u32).map(|b| (chars[b as usize].to_string(), b)).collect();
+    let specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"];
+    let added: Vec<serde_json::Value> = specials
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            serde_json::json!({"id": 256 + i, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                  "vocab": vocab, "merges": []}
+    })
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|e| ModelError::Io { path: path.into(), source: e })
+}
+
+/// Write the model into `dir` (created if needed).
+pub fn write_tiny_model(dir: &Path, s: &TinySpec) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::Io { path: dir.into(), source: e })?;
+    let pretty = |v: &serde_json::Value| serde_json::to_vec_pretty(v).unwrap_or_default();
+    write(&dir.join("config.json"), &pretty(&config_json(s)))?;
+    write(&dir.join("tokenizer.json"), &pretty(&tokenizer_json()))?;
+    let tok_cfg = serde_json::json!({"eos_token": "<|im_end|>", "bos_token": null, "add_bos_token": false, "chat_template": CHAT_TEMPLATE});
+    write(&dir.join("tokenizer_config.json"), &pretty(&tok_cfg))?;
+    write(&dir.join("generation_config.json"), &pretty(&serde_json::json!({"eos_token_id": [IM_END, ENDOFTEXT]})))?;
+
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> =
+        tiny_tensors(s).into_iter().map(|(n, shape, v)| (n, shape, encode(s.dtype, &v))).collect();
+    let shards = s.shards.max(1);
+    let per = tensors.len().div_ceil(shards);
+    let mut weight_map = serde_json::Map::new();
+    for (si, group) in tensors.chunks(per).enumerate() {
+        let file = if shards == 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{:05}.safetensors", si + 1, shards) };
+        let mut views = Vec::new();
+        for (name, shape, bytes) in group {
+            let view = safetensors::tensor::TensorView::new(st_dtype(s.dtype), shape.clone(), bytes)
+                .map_err(|e| ModelError::Safetensors { path: dir.join(&file), message: format!("{e:?}") })?;
+            views.push((name.clone(), view));
+            weight_map.insert(name.clone(), serde_json::Value::String(file.clone()));
+        }
+        let bytes = safetensors::serialize(views, None).map_err(|e| ModelError::Safetensors { path: dir.join(&file), message: format!("{e:?}") })?;
+        write(&dir.join(&file), &bytes)?;
+    }
+    if shards > 1 {
+        let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+        write(&dir.join("model.safetensors.index.json"), &pretty(&index))?;
+    }
+    Ok(())
+}
