@@ -240,10 +240,12 @@ impl Qwen3Model {
         Ok(())
     }
 
-    /// Record sampling of logits rows [0, n) into state.out_ids[0..n].
-    pub fn record_sample(&self, step: &mut Step, state: &ForwardState, n: u32, cfg: &SamplingConfig, counter: u32) -> Result<()> {
+    /// Record sampling of logits rows [0, n) into out[out_offset..out_offset + n]. Sampling straight
+    /// into `state.ids` at the next position keeps the decode loop on the GPU.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_sample(&self, step: &mut Step, state: &ForwardState, n: u32, cfg: &SamplingConfig, counter: u32, out: &Arc<GpuBuffer>, out_offset: u32) -> Result<()> {
         let v = self.config.vocab_size as u32;
-        kernels::sample(step, &Rows::new(&state.logits, 0, v), v, n, &state.out_ids, 0, cfg, counter)?;
+        kernels::sample(step, &Rows::new(&state.logits, 0, v), v, n, out, out_offset, cfg, counter)?;
         Ok(())
     }
 }

@@ -1,1 +1,9 @@
+//! The Domino scheduler: generation sessions, KV-cache bookkeeping, sampling and statistics.
+//! Async and thread-free, so the same code runs natively (driven by pollster) and in the browser.
 
+pub mod clock;
+pub mod error;
+pub mod session;
+
+pub use error::{Result, RuntimeError};
+pub use session::{GenerateOptions, Generation, GenerationStats, Session, StopReason};

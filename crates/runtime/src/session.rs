@@ -1,0 +1,169 @@
+//! A generation session: one sequence's KV cache and the prefill -> decode loop.
+//!
+//! Each decode step is ONE submission: the forward for the newest token and the sampler, which writes
+//! the next token id straight into the GPU-side id buffer; the CPU reads back just that id (4 bytes)
+//! to stream it and check stop tokens. Async with no blocking of its own: natively the readback polls
+//! the device, in the browser the event loop drives it.
+
+use crate::clock::now;
+use crate::error::{Result, RuntimeError};
+use domino_engine::{SamplingConfig, Step};
+use domino_models::qwen3::Forward;
+use domino_models::{ForwardState, Qwen3Model};
+use serde::{Deserialize, Serialize};
+
+/// Rows per forward pass (prefill runs in sub-batches of this many rows).
+pub const MAX_ROWS: usize = 64;
+/// Logit rows one pass can produce (a speculative verify needs block_size + 1).
+pub const MAX_LOGIT_ROWS: usize = 33;
+
+#[derive(Debug, Clone)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampling: SamplingConfig,
+    /// Keep going past stop tokens.
+    pub ignore_eos: bool,
+    /// Token ids that end generation (eos from config, generation_config and tokenizer_config).
+    pub stop_ids: Vec<u32>,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self { max_tokens: 128, sampling: SamplingConfig::greedy(), ignore_eos: false, stop_ids: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub prefill_seconds: f64,
+    pub decode_seconds: f64,
+    pub prefill_tokens_per_s: f64,
+    pub decode_tokens_per_s: f64,
+    pub time_to_first_token_s: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Eos,
+    MaxTokens,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Generation {
+    pub prompt_ids: Vec<u32>,
+    pub output_ids: Vec<u32>,
+    pub stop_reason: StopReason,
+    pub stats: GenerationStats,
+}
+
+pub struct Session<'m> {
+    model: &'m Qwen3Model,
+    state: ForwardState,
+}
+
+impl<'m> Session<'m> {
+    /// A session able to hold `capacity` positions (prompt + generated tokens).
+    pub fn new(model: &'m Qwen3Model, capacity: usize) -> Result<Self> {
+        let max_pos = model.config.max_position_embeddings;
+        if capacity > max_pos {
+            return Err(RuntimeError::ContextOverflow { prompt: capacity, max_tokens: 0, context: max_pos, limit: "max_position_embeddings" });
+        }
+        let state = model.new_state(capacity.max(1), MAX_ROWS, MAX_LOGIT_ROWS)?;
+        Ok(Self { model, state })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.state.capacity
+    }
+
+    pub fn model(&self) -> &'m Qwen3Model {
+        self.model
+    }
+
+    pub fn state(&self) -> &ForwardState {
+        &self.state
+    }
+
+    /// Check a prompt against the vocabulary and the context before touching the GPU.
+    pub fn validate(&self, prompt: &[u32], max_tokens: usize) -> Result<()> {
+        if prompt.is_empty() {
+            return Err(RuntimeError::EmptyPrompt);
+        }
+        let vocab = self.model.config.vocab_size;
+        if let Some((index, &id)) = prompt.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+            return Err(RuntimeError::TokenOutOfRange { id, index, vocab });
+        }
+        let max_pos = self.model.config.max_position_embeddings;
+        if prompt.len() + max_tokens > max_pos {
+            return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: max_pos, limit: "max_position_embeddings" });
+        }
+        if prompt.len() + max_tokens > self.capacity() {
+            return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: self.capacity(), limit: "session capacity" });
+        }
+        Ok(())
+    }
+
+    /// Generate from scratch (the KV cache is reset: a length reset, nothing is cleared).
+    /// `on_token` sees every new token and returns false to stop early.
+    pub async fn generate(&mut self, prompt: &[u32], opts: &GenerateOptions, on_token: &mut dyn FnMut(u32) -> bool) -> Result<Generation> {
+        self.validate(prompt, opts.max_tokens)?;
+        let model = self.model;
+        let gpu = &model.gpu;
+        let n = prompt.len();
+        let mut stats = GenerationStats { prompt_tokens: n, ..Default::default() };
+        let mut output = Vec::new();
+        let mut stop_reason = StopReason::MaxTokens;
+        if opts.max_tokens == 0 {
+            return Ok(Generation { prompt_ids: prompt.to_vec(), output_ids: output, stop_reason, stats });
+        }
+        gpu.write(&self.state.ids, 0, prompt);
+
+        // Prefill: every prompt row, logits of the last one, the first token sampled into ids[n].
+        let t0 = now();
+        let first = self.step(0, n as u32, &opts.sampling).await?;
+        let t1 = now();
+        stats.prefill_seconds = t1 - t0;
+        stats.time_to_first_token_s = t1 - t0;
+        let mut token = first;
+        let mut pos = n;
+        loop {
+            output.push(token);
+            let keep_going = on_token(token);
+            if !opts.ignore_eos && opts.stop_ids.contains(&token) {
+                stop_reason = StopReason::Eos;
+                break;
+            }
+            if !keep_going {
+                stop_reason = StopReason::Cancelled;
+                break;
+            }
+            if output.len() >= opts.max_tokens {
+                break;
+            }
+            token = self.step(pos as u32, 1, &opts.sampling).await?;
+            pos += 1;
+        }
+        stats.decode_seconds = now() - t1;
+        stats.generated_tokens = output.len();
+        stats.prefill_tokens_per_s = n as f64 / stats.prefill_seconds.max(1e-9);
+        let decoded = output.len().saturating_sub(1);
+        stats.decode_tokens_per_s = if decoded > 0 { decoded as f64 / stats.decode_seconds.max(1e-9) } else { 0.0 };
+        Ok(Generation { prompt_ids: prompt.to_vec(), output_ids: output, stop_reason, stats })
+    }
+
+    /// One submission: forward rows [pos0, pos0 + rows), sample the token after them into
+    /// ids[pos0 + rows] and read back that id.
+    async fn step(&mut self, pos0: u32, rows: u32, sampling: &SamplingConfig) -> Result<u32> {
+        let model = self.model;
+        let mut step = Step::new(&model.gpu);
+        model.record_forward(&mut step, &self.state, &Forward { pos0, n_rows: rows, logits_from: rows - 1, capture: None })?;
+        let next = pos0 + rows;
+        model.record_sample(&mut step, &self.state, 1, sampling, next, &self.state.ids, next)?;
+        let bytes = step.submit_and_read(&self.state.ids, next as u64 * 4, 4).await?;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+}

