@@ -1,1 +1,103 @@
-fn main(){}
+//! The `domino` command-line tool.
+
+mod bench;
+mod devices;
+mod generate;
+mod load;
+mod model_dir;
+
+use clap::{Args, Parser, Subcommand};
+use domino_engine::HostDType;
+use domino_models::testing::{write_tiny_model, TinySpec};
+use std::process::ExitCode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Engine(#[from] domino_engine::EngineError),
+    #[error(transparent)]
+    Model(#[from] domino_models::ModelError),
+    #[error(transparent)]
+    Runtime(#[from] domino_runtime::RuntimeError),
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "domino", version, about = "Portable WebGPU inference for Qwen3 with Domino speculative decoding")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List GPU adapters with backend, type, features and key limits.
+    Devices(devices::DevicesArgs),
+    /// Generate text with a model.
+    Generate(generate::GenerateArgs),
+    /// Measure prefill / decode speed and the decode step's weight bandwidth vs copy bandwidth.
+    Bench(bench::BenchArgs),
+    /// Write a random Qwen3-architecture model (for tests and benchmarks).
+    RandomModel(RandomModelArgs),
+}
+
+#[derive(Debug, Args)]
+struct RandomModelArgs {
+    #[arg(long)]
+    out: std::path::PathBuf,
+    #[arg(long, default_value_t = 64)]
+    hidden: usize,
+    #[arg(long, default_value_t = 2)]
+    layers: usize,
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    #[arg(long, default_value_t = 2)]
+    kv_heads: usize,
+    #[arg(long, default_value_t = 32)]
+    head_dim: usize,
+    #[arg(long, default_value_t = 128)]
+    intermediate: usize,
+    #[arg(long, default_value_t = 384)]
+    vocab: usize,
+    #[arg(long)]
+    tied: bool,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
+    let spec = TinySpec {
+        hidden: a.hidden,
+        layers: a.layers,
+        heads: a.heads,
+        kv_heads: a.kv_heads,
+        head_dim: a.head_dim,
+        intermediate: a.intermediate,
+        vocab: a.vocab,
+        tied: a.tied,
+        seed: a.seed,
+        dtype: HostDType::BF16,
+        ..TinySpec::default()
+    };
+    write_tiny_model(&a.out, &spec)?;
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Devices(a) => devices::run(a),
+        Command::Generate(a) => generate::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::RandomModel(a) => random_model(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -3,6 +3,8 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod drafter;
+pub mod drafter_reference;
 pub mod error;
 pub mod qwen3;
 pub mod reference;

@@ -75,6 +75,20 @@ impl ReferenceModel {
         })
     }
 
+    pub fn config(&self) -> &Qwen3Config {
+        &self.config
+    }
+
+    /// The token embedding `[vocab][hidden]` as loaded (drafters embed their blocks with it).
+    pub fn embed(&self) -> &[f32] {
+        &self.embed
+    }
+
+    /// The output projection `[vocab][hidden]`: the embedding when the weights are tied.
+    pub fn lm_head(&self) -> &[f32] {
+        self.lm_head.as_deref().unwrap_or(&self.embed)
+    }
+
     pub fn forward(&self, ids: &[u32]) -> RefOutput {
         let c = &self.config;
         let n = ids.len();
@@ -98,7 +112,7 @@ impl ReferenceModel {
             hidden.push(x.clone());
         }
         let y = k::rmsnorm(&x, &self.norm, c.rms_norm_eps);
-        let logits = k::matmul(&y, self.lm_head.as_ref().unwrap_or(&self.embed), n, h, c.vocab_size);
+        let logits = k::matmul(&y, self.lm_head(), n, h, c.vocab_size);
         RefOutput { logits, hidden }
     }
 

@@ -211,3 +211,140 @@ pub fn write_tiny_model(dir: &Path, s: &TinySpec) -> Result<()> {
     }
     Ok(())
 }
+
+/// A tiny random drafter for a [`TinySpec`] target, written in the public config.json formats
+/// (z-lab DFlash, or Domino when `kind` is Domino). Its hidden size, heads, head_dim, intermediate
+/// size and rope theta follow the target's.
+#[derive(Debug, Clone)]
+pub struct TinyDrafterSpec {
+    pub kind: crate::drafter::DrafterKind,
+    pub block_size: usize,
+    pub layers: usize,
+    pub target_layer_ids: Vec<usize>,
+    pub emb_dim: usize,
+    pub gru_hidden: usize,
+    pub pure_draft_prefix_len: usize,
+    /// Store the Domino head under the older `logit_head.` names.
+    pub old_head_names: bool,
+    pub seed: u64,
+    pub dtype: HostDType,
+}
+
+impl Default for TinyDrafterSpec {
+    /// A one-layer DFlash drafter with block size 4, reading both layers of the default 2-layer target.
+    fn default() -> Self {
+        Self {
+            kind: crate::drafter::DrafterKind::DFlash,
+            block_size: 4,
+            layers: 1,
+            target_layer_ids: vec![0, 1],
+            emb_dim: 16,
+            gru_hidden: 24,
+            pure_draft_prefix_len: 1,
+            old_head_names: false,
+            seed: 101,
+            dtype: HostDType::F32,
+        }
+    }
+}
+
+/// The drafter's config.json, shaped like z-lab/Qwen3-8B-DFlash-b16's (plus the Domino fields of
+/// Huang2020/Qwen3-8B-Domino-b16). The mask token is the target's last id.
+pub fn drafter_config_json(target: &TinySpec, s: &TinyDrafterSpec) -> serde_json::Value {
+    let mut dflash = serde_json::json!({
+        "mask_token_id": target.vocab - 1,
+        "target_layer_ids": s.target_layer_ids,
+    });
+    let mut cfg = serde_json::json!({
+        "architectures": ["DFlashDraftModel"],
+        "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+        "model_type": "qwen3",
+        "attention_bias": false,
+        "attention_dropout": 0.0,
+        "block_size": s.block_size,
+        "bos_token_id": ENDOFTEXT,
+        "eos_token_id": IM_END,
+        "dtype": "bfloat16",
+        "head_dim": target.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": target.hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": target.intermediate,
+        "layer_types": vec!["full_attention"; s.layers],
+        "max_position_embeddings": target.max_position,
+        "max_window_layers": s.layers,
+        "num_attention_heads": target.heads,
+        "num_hidden_layers": s.layers,
+        "num_key_value_heads": target.kv_heads,
+        "num_target_layers": target.layers,
+        "rms_norm_eps": 1e-6,
+        "rope_scaling": null,
+        "rope_theta": target.rope_theta,
+        "sliding_window": null,
+        "tie_word_embeddings": false,
+        "transformers_version": "4.57.1",
+        "use_cache": true,
+        "use_sliding_window": false,
+        "vocab_size": target.vocab,
+    });
+    if s.kind == crate::drafter::DrafterKind::Domino {
+        let extra = serde_json::json!({
+            "projector_type": "domino",
+            "emb_dim": s.emb_dim,
+            "gru_hidden_dim": s.gru_hidden,
+            "pure_draft_prefix_len": s.pure_draft_prefix_len,
+            "shift_label": true,
+        });
+        if let (Some(d), Some(e)) = (dflash.as_object_mut(), extra.as_object()) {
+            d.extend(e.clone());
+        }
+        cfg["emb_dim"] = s.emb_dim.into();
+    }
+    cfg["dflash_config"] = dflash;
+    cfg
+}
+
+/// All drafter tensors `(name, shape, values)` in plan order, deterministic from `s.seed`. Linear
+/// weights are uniform with scale 1/sqrt(fan_in); norm weights are 1 ± 0.2.
+pub fn tiny_drafter_tensors(target: &TinySpec, s: &TinyDrafterSpec) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>> {
+    let path = Path::new("tiny drafter config.json");
+    let json = serde_json::to_vec(&drafter_config_json(target, s)).unwrap_or_default();
+    let mut cfg = crate::drafter::DrafterConfig::from_json(&json, path)?;
+    if s.old_head_names {
+        cfg.head_prefix = crate::drafter::OLD_HEAD_PREFIX.to_string();
+    }
+    let tjson = serde_json::to_vec(&config_json(target)).unwrap_or_default();
+    let tcfg = crate::config::Qwen3Config::from_json(&tjson, Path::new("tiny config.json"))?;
+    let mut rng = Rng::new(s.seed);
+    Ok(crate::drafter::drafter_tensor_plan(&cfg, &tcfg)
+        .into_iter()
+        .map(|(name, shape)| {
+            let values = match shape.as_slice() {
+                [n] => rng.vec(*n, 0.2).into_iter().map(|v| 1.0 + v).collect(),
+                [n, k] => rng.vec(n * k, 1.0 / (*k as f32).sqrt()),
+                _ => Vec::new(),
+            };
+            (name, shape, values)
+        })
+        .collect())
+}
+
+/// One safetensors file holding `tensors` in `dtype`.
+pub fn safetensors_bytes(dtype: HostDType, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Result<Vec<u8>> {
+    let encoded: Vec<(String, Vec<usize>, Vec<u8>)> =
+        tensors.iter().map(|(n, shape, v)| (n.clone(), shape.clone(), encode(dtype, v))).collect();
+    let st_err = |e: safetensors::SafeTensorError| ModelError::Safetensors { path: "model.safetensors".into(), message: format!("{e:?}") };
+    let mut views = Vec::new();
+    for (name, shape, bytes) in &encoded {
+        views.push((name.clone(), safetensors::tensor::TensorView::new(st_dtype(dtype), shape.clone(), bytes).map_err(st_err)?));
+    }
+    safetensors::serialize(views, None).map_err(st_err)
+}
+
+/// Write the drafter (config.json and model.safetensors) into `dir` (created if needed).
+pub fn write_tiny_drafter(dir: &Path, target: &TinySpec, s: &TinyDrafterSpec) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::Io { path: dir.into(), source: e })?;
+    let config = serde_json::to_vec_pretty(&drafter_config_json(target, s)).unwrap_or_default();
+    write(&dir.join("config.json"), &config)?;
+    write(&dir.join("model.safetensors"), &safetensors_bytes(s.dtype, &tiny_drafter_tensors(target, s)?)?)
+}

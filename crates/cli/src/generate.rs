@@ -1,0 +1,132 @@
+//! `domino generate`: stream text to stdout, or print exactly one JSON object with --json.
+
+use crate::load::{load_model, open_gpu, parse_dtype};
+use crate::{model_dir, CliError};
+use clap::Args;
+use domino_engine::SamplingConfig;
+use domino_models::tokenizer::{ChatMessage, StreamDecoder};
+use domino_runtime::{GenerateOptions, Session};
+use std::io::Write;
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Model folder or Hugging Face repo id (default: the built-in tiny Qwen3).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Prompt text (tokenized with the model's tokenizer).
+    #[arg(long, conflicts_with = "prompt_ids")]
+    pub prompt: Option<String>,
+    /// Prompt as comma-separated token ids, e.g. 1,2,3.
+    #[arg(long, value_delimiter = ',')]
+    pub prompt_ids: Option<Vec<u32>>,
+    /// Wrap the prompt as a user message with the model's chat template (thinking disabled).
+    #[arg(long)]
+    pub chat: bool,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// 0 means greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// 0 disables top-k.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: u32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Do not stop at end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// How weights are stored on the GPU.
+    #[arg(long, default_value = "f16")]
+    pub dtype: String,
+    /// auto, vulkan, metal, dx12 or gl.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Adapter index as listed by `domino devices`.
+    #[arg(long)]
+    pub adapter: Option<usize>,
+    /// Print one JSON object with ids, text and statistics instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: GenerateArgs) -> Result<(), CliError> {
+    if !(args.temperature >= 0.0) || !(0.0..=1.0).contains(&args.top_p) || args.top_p == 0.0 {
+        return Err(CliError::Usage("--temperature must be >= 0 and --top-p in (0, 1]".into()));
+    }
+    let format = parse_dtype(&args.dtype)?;
+    let dir = model_dir::resolve(args.model.as_deref())?;
+    let gpu = open_gpu(&args.backend, args.adapter)?;
+    let loaded = load_model(gpu, &dir, format, false)?;
+    let tokenizer = loaded.tokenizer.as_ref();
+    let prompt_ids: Vec<u32> = match (&args.prompt, &args.prompt_ids) {
+        (_, Some(ids)) => ids.clone(),
+        (Some(text), None) => {
+            let tok = tokenizer.ok_or_else(|| CliError::Usage(format!("{}: no tokenizer.json, use --prompt-ids", dir.display())))?;
+            let text = if args.chat { tok.apply_chat_template(&[ChatMessage::new("user", text.as_str())], true, false)? } else { text.clone() };
+            tok.encode(&text)?
+        }
+        (None, None) => return Err(CliError::Usage("give --prompt TEXT or --prompt-ids 1,2,3".into())),
+    };
+    let opts = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: SamplingConfig { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed },
+        ignore_eos: args.ignore_eos,
+        stop_ids: loaded.stop_ids.clone(),
+    };
+    let capacity = prompt_ids.len() + args.max_tokens;
+    let mut session = Session::new(&loaded.model, capacity.min(loaded.model.config.max_position_embeddings).max(1))?;
+    session.validate(&prompt_ids, args.max_tokens)?;
+    let mut stream = StreamDecoder::new();
+    let mut stdout = std::io::stdout();
+    let mut stream_error = None;
+    let generation = pollster::block_on(session.generate(&prompt_ids, &opts, &mut |id| {
+        if !args.json {
+            if let Some(tok) = tokenizer {
+                match stream.push(tok, id) {
+                    Ok(text) => {
+                        let _ = stdout.write_all(text.as_bytes());
+                        let _ = stdout.flush();
+                    }
+                    Err(e) => {
+                        stream_error = Some(e);
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }))?;
+    if let Some(e) = stream_error {
+        return Err(e.into());
+    }
+    let text = match tokenizer {
+        Some(tok) => tok.decode(&generation.output_ids)?,
+        None => String::new(),
+    };
+    if args.json {
+        let out = serde_json::json!({
+            "prompt_ids": generation.prompt_ids,
+            "output_ids": generation.output_ids,
+            "text": text,
+            "stop_reason": generation.stop_reason,
+            "stats": generation.stats,
+        });
+        println!("{}", serde_json::to_string(&out).unwrap_or_default());
+    } else {
+        if let Some(tok) = tokenizer {
+            let rest = stream.finish(tok)?;
+            print!("{rest}");
+        } else {
+            print!("{}", generation.output_ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
+        }
+        println!();
+        let s = &generation.stats;
+        eprintln!(
+            "{} prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s ({:?})",
+            s.prompt_tokens, s.prefill_tokens_per_s, s.generated_tokens, s.decode_tokens_per_s, generation.stop_reason
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! The `domino` binary end to end: the --json contract against the CPU reference, and one clear error
+//! line with a non-zero exit (never a panic) for every kind of bad input.
+
+use domino_models::reference::ReferenceModel;
+use domino_models::testing::{write_tiny_model, TinySpec};
+use domino_models::{Checkpoint, Qwen3Config};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn domino(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_domino")).args(args).env("XDG_RUNTIME_DIR", std::env::temp_dir()).output().expect("run domino")
+}
+
+fn tiny(spec: &TinySpec) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), spec).unwrap();
+    dir
+}
+
+/// Runs a command expected to fail; returns its single stderr line.
+fn expect_error(args: &[&str]) -> String {
+    let out = domino(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{args:?} succeeded; stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty() && !l.contains("XDG_RUNTIME_DIR")).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: expected one error line, got: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    lines[0].to_string()
+}
+
+fn json_generate(model: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["generate", "--model", model.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let out = domino(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.trim().lines().count(), 1, "stdout must hold exactly one JSON object: {stdout}");
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[test]
+fn json_output_matches_the_cpu_reference() {
+    let spec = TinySpec { embed_scale: 4.0, ..TinySpec::default() };
+    let dir = tiny(&spec);
+    let config = Qwen3Config::from_file(&dir.path().join("config.json")).unwrap();
+    let reference = ReferenceModel::load(config, &Checkpoint::open(dir.path()).unwrap(), false).unwrap();
+    let want = reference.greedy(&[10, 20, 30, 40], 24);
+    for backend in ["vulkan", "gl"] {
+        let v = json_generate(dir.path(), &["--prompt-ids", "10,20,30,40", "--max-tokens", "24", "--ignore-eos", "--dtype", "f32", "--backend", backend]);
+        assert_eq!(v["prompt_ids"], serde_json::json!([10, 20, 30, 40]));
+        let got: Vec<u32> = serde_json::from_value(v["output_ids"].clone()).unwrap();
+        assert_eq!(got, want, "{backend}");
+        assert!(v["text"].is_string());
+        for key in ["prefill_tokens_per_s", "decode_tokens_per_s"] {
+            assert!(v["stats"][key].as_f64().unwrap() > 0.0, "{key}");
+        }
+    }
+}
+
+#[test]
+fn text_prompts_chat_and_seeded_sampling() {
+    let dir = tiny(&TinySpec::default());
+    let m = dir.path().to_str().unwrap();
+    let v = json_generate(dir.path(), &["--prompt", "Hi there", "--chat", "--max-tokens", "4", "--ignore-eos"]);
+    // The tiny tokenizer is byte-level: the chat template's special tokens and the bytes of the text.
+    let ids: Vec<u32> = serde_json::from_value(v["prompt_ids"].clone()).unwrap();
+    assert_eq!(ids[0], domino_models::testing::IM_START);
+    assert!(ids.ends_with(&[b'\n' as u32, 259, b'\n' as u32, b'\n' as u32, 260, b'\n' as u32, b'\n' as u32]), "{ids:?}");
+    let args = ["--prompt", "abc", "--max-tokens", "12", "--ignore-eos", "--temperature", "0.9", "--top-p", "0.9", "--top-k", "50", "--seed", "42"];
+    let a = json_generate(dir.path(), &args);
+    let b = json_generate(dir.path(), &args);
+    assert_eq!(a["output_ids"], b["output_ids"], "same seed, same tokens");
+    assert_eq!(a["output_ids"].as_array().unwrap().len(), 12);
+    // Streaming mode prints text to stdout and statistics to stderr.
+    let out = domino(&["generate", "--model", m, "--prompt", "abc", "--max-tokens", "3", "--ignore-eos"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tok/s"));
+}
+
+#[test]
+fn devices_lists_vulkan_and_gl() {
+    let out = domino(&["devices", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let backends: Vec<&str> = v.as_array().unwrap().iter().map(|a| a["backend"].as_str().unwrap()).collect();
+    assert!(backends.contains(&"vulkan") && backends.contains(&"gl"), "{backends:?}");
+}
+
+fn edit_config(dir: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let p = dir.join("config.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(p, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+/// Rewrite model.safetensors with `f` applied to its tensors.
+fn edit_weights(dir: &Path, f: impl FnOnce(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>)) {
+    let p = dir.join("model.safetensors");
+    let bytes = std::fs::read(&p).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<_> = st.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
+    f(&mut tensors);
+    let views: Vec<_> = tensors.iter().map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    std::fs::write(p, safetensors::serialize(views, None).unwrap()).unwrap();
+}
+
+#[test]
+fn bad_input_gives_one_clear_error_line() {
+    let base = TinySpec { max_position: 64, ..TinySpec::default() };
+    let gen = |dir: &Path, extra: &[&str]| {
+        let mut a = vec!["generate".to_string(), "--model".into(), dir.to_str().unwrap().into()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run = |dir: &Path, extra: &[&str]| {
+        let a = gen(dir, extra);
+        expect_error(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let ids = ["--prompt-ids", "1,2,3", "--max-tokens", "4"];
+
+    let d = tiny(&base);
+    std::fs::remove_file(d.path().join("config.json")).unwrap();
+    assert!(run(d.path(), &ids).contains("config.json: file not found"));
+
+    let d = tiny(&base);
+    std::fs::write(d.path().join("config.json"), b"{\"hidden_size\": 64,").unwrap();
+    assert!(run(d.path(), &ids).contains("config.json: malformed JSON"));
+
+    let d = tiny(&base);
+    edit_config(d.path(), |v| v["rope_magic"] = 1.into());
+    assert!(run(d.path(), &ids).contains("unknown config field 'rope_magic'"));
+
+    let d = tiny(&base);
+    edit_config(d.path(), |v| {
+        v["architectures"] = serde_json::json!(["MistralForCausalLM"]);
+        v["model_type"] = "mistral".into();
+    });
+    assert!(run(d.path(), &ids).contains("unsupported architecture MistralForCausalLM"));
+
+    let d = tiny(&base);
+    std::fs::remove_file(d.path().join("tokenizer.json")).unwrap();
+    assert!(run(d.path(), &["--prompt", "hi"]).contains("no tokenizer.json, use --prompt-ids"));
+
+    let d = tiny(&base);
+    std::fs::write(d.path().join("tokenizer.json"), b"{not json").unwrap();
+    assert!(run(d.path(), &ids).contains("tokenizer.json"));
+
+    let d = tiny(&base);
+    std::fs::remove_file(d.path().join("model.safetensors")).unwrap();
+    assert!(run(d.path(), &ids).contains("model.safetensors: file not found"));
+
+    let d = tiny(&base);
+    let p = d.path().join("model.safetensors");
+    let bytes = std::fs::read(&p).unwrap();
+    std::fs::write(&p, &bytes[..bytes.len() - 100]).unwrap();
+    assert!(run(d.path(), &ids).contains("corrupt or truncated safetensors"));
+
+    let d = tiny(&base);
+    std::fs::write(d.path().join("model.safetensors"), b"garbage").unwrap();
+    assert!(run(d.path(), &ids).contains("corrupt or truncated safetensors"));
+
+    let d = tiny(&base);
+    edit_weights(d.path(), |t| t.retain(|(n, ..)| n != "model.layers.1.mlp.up_proj.weight"));
+    assert!(run(d.path(), &ids).contains("tensor model.layers.1.mlp.up_proj.weight: missing from the checkpoint"));
+
+    let d = tiny(&base);
+    edit_weights(d.path(), |t| {
+        let e = t.iter_mut().find(|(n, ..)| n == "model.layers.0.self_attn.k_proj.weight").unwrap();
+        e.2 = vec![e.2[1], e.2[0]];
+    });
+    let e = run(d.path(), &ids);
+    assert!(e.contains("tensor model.layers.0.self_attn.k_proj.weight: expected shape [64, 64]") || e.contains("expected shape"), "{e}");
+
+    let d = tiny(&base);
+    edit_weights(d.path(), |t| {
+        let e = t.iter_mut().find(|(n, ..)| n == "model.norm.weight").unwrap();
+        e.1 = safetensors::Dtype::I16;
+    });
+    assert!(run(d.path(), &ids).contains("tensor model.norm.weight: unsupported dtype I16"));
+
+    let d = tiny(&base);
+    let long: Vec<String> = (0..60).map(|i| i.to_string()).collect();
+    let long = long.join(",");
+    assert!(run(d.path(), &["--prompt-ids", &long, "--max-tokens", "10"]).contains("exceeds the context of 64 positions (max_position_embeddings)"));
+    assert!(run(d.path(), &["--prompt-ids", "1,999,2"]).contains("token id 999 at index 1 is outside the vocabulary (vocab_size 384)"));
+    assert!(run(d.path(), &["--prompt-ids", "1,2", "--backend", "metal"]).contains("no GPU adapter found for backend metal"));
+    assert!(run(d.path(), &["--prompt-ids", "1,2", "--adapter", "9"]).contains("adapter index 9 is out of range"));
+    assert!(run(d.path(), &["--prompt-ids", "1,2", "--dtype", "int3"]).contains("--dtype int3"));
+
+    // A context whose KV cache cannot fit one storage binding of the adapter: named limit, no allocation.
+    let d = tiny(&TinySpec { max_position: 10_000_000, ..TinySpec::default() });
+    let e = run(d.path(), &["--prompt-ids", "1,2", "--max-tokens", "2000000"]);
+    assert!(e.contains("KV cache") && e.contains("max_storage_buffer_binding_size"), "{e}");
+}
