@@ -26,12 +26,21 @@ struct Params {
 @group(0) @binding(1) var<storage, read> src: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read_write> dst: array<vec4<u32>>;
 
-// width = number of vec4<u32> words; a grid-stride loop so any size fits the dispatch limits.
+// width = number of vec4<u32> words. Each invocation copies a block of 4 consecutive words per
+// iteration of a grid-stride loop (wide per-invocation accesses are what llvmpipe moves fastest,
+// the same shape as the matmul's weight loads).
 @compute @workgroup_size(64)
 fn bandwidth(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let stride = nwg.x * 64u;
-    for (var i = gid.x; i < p.width; i = i + stride) {
-        dst[i] = src[i];
+    let stride = nwg.x * 64u * 4u;
+    for (var i = gid.x * 4u; i + 3u < p.width; i = i + stride) {
+        let a = src[i];
+        let b = src[i + 1u];
+        let c = src[i + 2u];
+        let d = src[i + 3u];
+        dst[i] = a;
+        dst[i + 1u] = b;
+        dst[i + 2u] = c;
+        dst[i + 3u] = d;
     }
 }
 #else

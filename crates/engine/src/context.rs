@@ -61,6 +61,9 @@ pub struct Caps {
     pub f16: bool,
     /// subgroup operations granted: reductions use subgroupAdd instead of workgroup memory only.
     pub subgroup: bool,
+    /// Read f16 weights through the packed-u32 path even with shader-f16: measured faster on
+    /// llvmpipe (CPU adapters), where native f16 vector loads are slower than unpack2x16float.
+    pub prefer_packed_f16: bool,
     pub max_storage_binding: u64,
     pub max_buffer: u64,
     pub uniform_align: u32,
@@ -154,11 +157,13 @@ pub struct GpuOptions {
     pub disable_f16: bool,
     /// Ignore subgroups even if offered.
     pub disable_subgroup: bool,
+    /// Force (Some(true)) or forbid (Some(false)) the packed-u32 f16 path; None picks by adapter type.
+    pub packed_f16: Option<bool>,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        Self { backend: BackendChoice::Auto, adapter: None, disable_f16: false, disable_subgroup: false }
+        Self { backend: BackendChoice::Auto, adapter: None, disable_f16: false, disable_subgroup: false, packed_f16: None }
     }
 }
 
@@ -262,6 +267,7 @@ impl Gpu {
         let caps = Caps {
             f16: granted.contains(wgpu::Features::SHADER_F16),
             subgroup: granted.contains(wgpu::Features::SUBGROUP),
+            prefer_packed_f16: opts.packed_f16.unwrap_or(adapter.get_info().device_type == wgpu::DeviceType::Cpu),
             max_storage_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             uniform_align: limits.min_uniform_buffer_offset_alignment,
@@ -388,10 +394,12 @@ impl Gpu {
 
     fn compile(&self, name: &str, source: &str) -> Result<wgpu::ShaderModule> {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(name),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(source.into()) };
+        // SAFETY: our kernels index only inside the ranges their params describe (the CPU side checks
+        // sizes before dispatch) and every loop is bounded by uniform params, so naga's injected bounds
+        // checks and loop counters are pure overhead; they cost llvmpipe ~2x on the matmul.
+        let checks = wgpu::ShaderRuntimeChecks { bounds_checks: false, force_loop_bounding: false, ..Default::default() };
+        let module = unsafe { self.device.create_shader_module_trusted(desc, checks) };
         if let Some(e) = block_on_ready(scope.pop()) {
             return Err(EngineError::Shader { name: name.to_string(), message: e.to_string() });
         }

@@ -35,12 +35,15 @@ pub const ATTENTION_CHUNK: u32 = 32;
 /// Largest head_dim the attention kernel supports.
 pub const MAX_HEAD_DIM: usize = 256;
 /// Rows per invocation of the multi-row matmul variant.
-pub const MATMUL_ROWS: u32 = 8;
+pub const MATMUL_ROWS: u32 = 4;
+/// Output columns per matmul invocation and workgroup size (matmul.wgsl's block and WG).
+const MATMUL_COLS: u32 = 16;
+const MATMUL_WG: u32 = 16;
 
 fn weight_defines(gpu: &Gpu, format: WeightFormat) -> Defines {
     match format {
         WeightFormat::F32 => Defines::default().flag("F32"),
-        WeightFormat::F16 if gpu.caps.f16 => Defines::default().flag("F16"),
+        WeightFormat::F16 if gpu.caps.f16 && !gpu.caps.prefer_packed_f16 => Defines::default().flag("F16"),
         WeightFormat::F16 => Defines::default(),
     }
 }
@@ -111,7 +114,7 @@ pub fn matmul(step: &mut Step, w: &Matrix, x: &Rows, y: &Rows, n_rows: u32, epil
             accumulate: (epilogue == Epilogue::Accumulate) as u32,
             _pad: [0; 2],
         };
-        step.dispatch(&p, &params, &[x.buf, &c.buffer, y.buf], [c.cols.div_ceil(4).div_ceil(64), n_rows.div_ceil(rows_per), 1]);
+        step.dispatch(&p, &params, &[x.buf, &c.buffer, y.buf], [c.cols.div_ceil(MATMUL_COLS).div_ceil(MATMUL_WG), n_rows.div_ceil(rows_per), 1]);
     }
     Ok(())
 }
@@ -135,7 +138,7 @@ pub fn matmul_glu(step: &mut Step, gate: &Matrix, up: &Matrix, x: &Rows, y: &Row
             accumulate: 0,
             _pad: [0; 2],
         };
-        step.dispatch(&p, &params, &[x.buf, &c.buffer, &u.buffer, y.buf], [c.cols.div_ceil(4).div_ceil(64), n_rows.div_ceil(rows_per), 1]);
+        step.dispatch(&p, &params, &[x.buf, &c.buffer, &u.buffer, y.buf], [c.cols.div_ceil(MATMUL_COLS).div_ceil(MATMUL_WG), n_rows.div_ceil(rows_per), 1]);
     }
     Ok(())
 }
@@ -472,6 +475,6 @@ pub fn copy_bandwidth_kernel(step: &mut Step, src: &Arc<GpuBuffer>, dst: &Arc<Gp
     let p = step.gpu().pipeline(&BANDWIDTH, &Defines::default().flag("BANDWIDTH"))?;
     let words = (bytes / 16) as u32;
     let params = CopyParams { n_rows: 1, width: words, src_offset: 0, src_stride: 0, dst_offset: 0, dst_stride: 0, _pad: [0; 2] };
-    step.dispatch(&p, &params, &[src, dst], [words.div_ceil(64 * 16).clamp(1, 65535), 1, 1]);
+    step.dispatch(&p, &params, &[src, dst], [words.div_ceil(64 * 4 * 8).clamp(1, 65535), 1, 1]);
     Ok(())
 }

@@ -83,6 +83,9 @@ impl<'a> HostTensor<'a> {
     }
 }
 
+/// Matrix widths are padded to this many columns (matmul.wgsl's 16-column blocks).
+pub const COLUMN_ALIGN: usize = 16;
+
 /// One column range of a matrix in its own buffer, laid out `[k][wcols]`.
 #[derive(Debug, Clone)]
 pub struct MatrixChunk {
@@ -118,11 +121,11 @@ impl Matrix {
     pub fn upload_chunked(gpu: &Gpu, host: &HostTensor, format: WeightFormat, limit: u64, progress: &mut dyn FnMut(u64)) -> Result<Matrix> {
         let (n, k) = (host.rows, host.cols);
         let esize = format.size() as u64;
-        let max_cols = (limit / (k.max(1) as u64 * esize)) / 4 * 4;
+        let max_cols = (limit / (k.max(1) as u64 * esize)) / COLUMN_ALIGN as u64 * COLUMN_ALIGN as u64;
         if max_cols == 0 {
             return Err(EngineError::LimitTooSmall {
                 what: format!("one column of tensor '{}' ({k} inputs)", host.name),
-                needed: k as u64 * esize * 4,
+                needed: k as u64 * esize * COLUMN_ALIGN as u64,
                 limit,
                 limit_name: "max_storage_buffer_binding_size",
                 adapter: gpu.info.name.clone(),
@@ -132,7 +135,7 @@ impl Matrix {
         let mut col0 = 0usize;
         while col0 < n {
             let cols = (n - col0).min(max_cols as usize);
-            let wcols = cols.div_ceil(4) * 4;
+            let wcols = cols.div_ceil(COLUMN_ALIGN) * COLUMN_ALIGN;
             let buffer = gpu.buffer(&format!("{}[{col0}..]", host.name), k as u64 * wcols as u64 * esize)?;
             // Upload in pieces of whole k-rows (~4 MiB) with a blocked transpose.
             let piece_rows = ((4usize << 20) / (wcols * esize as usize)).max(1);

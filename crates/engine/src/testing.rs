@@ -36,7 +36,8 @@ pub fn test_gpus() -> Vec<(String, Arc<Gpu>)> {
     let mut out = Vec::new();
     for name in wanted.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let backend = BackendChoice::parse(name).unwrap_or_else(|e| panic!("DOMINO_TEST_BACKENDS: {e}"));
-        let native = pollster::block_on(Gpu::new(&GpuOptions { backend, ..Default::default() }))
+        // Native variants really native: f16 weights read as f16 even where packed would be picked.
+        let native = pollster::block_on(Gpu::new(&GpuOptions { backend, packed_f16: Some(false), ..Default::default() }))
             .unwrap_or_else(|e| panic!("GPU test adapter '{name}' is required but unavailable: {e}"));
         let label = format!("{name}[f16={},subgroup={}]", native.caps.f16, native.caps.subgroup);
         let has_native_variants = native.caps.f16 || native.caps.subgroup;
