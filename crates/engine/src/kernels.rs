@@ -30,6 +30,11 @@ const SAMPLE: KernelSpec = KernelSpec { name: "sampling", source: shader::SAMPLI
 const COPY_ROWS: KernelSpec = KernelSpec { name: "copy", source: shader::COPY, entry: "rows", bindings: &[(1, R), (2, W)] };
 const BANDWIDTH: KernelSpec = KernelSpec { name: "copy", source: shader::COPY, entry: "bandwidth", bindings: &[(1, R), (2, W)] };
 
+const GRU: KernelSpec = KernelSpec { name: "domino_head", source: shader::DOMINO_HEAD, entry: "gru", bindings: &[(1, R), (2, R), (3, W)] };
+const SILU_ADD: KernelSpec = KernelSpec { name: "domino_head", source: shader::DOMINO_HEAD, entry: "silu_add", bindings: &[(1, R), (2, R), (3, W)] };
+const ACCEPT_GREEDY: KernelSpec =
+    KernelSpec { name: "speculative", source: shader::SPECULATIVE, entry: "accept_greedy", bindings: &[(1, R), (2, W), (3, W)] };
+
 /// Keys per attention chunk (CHUNK in attention.wgsl).
 pub const ATTENTION_CHUNK: u32 = 32;
 /// Largest head_dim the attention kernel supports.
@@ -476,5 +481,44 @@ pub fn copy_bandwidth_kernel(step: &mut Step, src: &Arc<GpuBuffer>, dst: &Arc<Gp
     let words = (bytes / 16) as u32;
     let params = CopyParams { n_rows: 1, width: words, src_offset: 0, src_stride: 0, dst_offset: 0, dst_stride: 0, _pad: [0; 2] };
     step.dispatch(&p, &params, &[src, dst], [words.div_ceil(64 * 4 * 8).clamp(1, 65535), 1, 1]);
+    Ok(())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct HeadParams {
+    n: u32,
+    a_offset: u32,
+    b_offset: u32,
+    _pad: u32,
+}
+
+/// s = GRU(gi, gh, s) in place: gi = W_ih·x and gh = W_hh·s, each `[3g]` in (r, z, n) order.
+pub fn gru_cell(step: &mut Step, gi: &Arc<GpuBuffer>, gh: &Arc<GpuBuffer>, s: &Arc<GpuBuffer>, g: u32) -> Result<()> {
+    let p = step.gpu().pipeline(&GRU, &Defines::default())?;
+    step.dispatch(&p, &HeadParams { n: g, a_offset: 0, b_offset: 0, _pad: 0 }, &[gi, gh, s], flat_groups(g, 64));
+    Ok(())
+}
+
+/// out[0..n] = silu(a[a_offset..] + b[b_offset..]).
+pub fn silu_add(step: &mut Step, a: &Rows, b: &Rows, out: &Arc<GpuBuffer>, n: u32) -> Result<()> {
+    let p = step.gpu().pipeline(&SILU_ADD, &Defines::default())?;
+    step.dispatch(&p, &HeadParams { n, a_offset: a.offset, b_offset: b.offset, _pad: 0 }, &[a.buf, b.buf, out], flat_groups(n, 64));
+    Ok(())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct AcceptParams {
+    start: u32,
+    k: u32,
+    _pad: [u32; 2],
+}
+
+/// Greedy verification: compare drafts ids[start+1..start+1+k] with the target's choices `post`,
+/// write the bonus token as the new anchor and `result` = [a, d_1..d_a, bonus].
+pub fn accept_greedy(step: &mut Step, post: &Arc<GpuBuffer>, ids: &Arc<GpuBuffer>, result: &Arc<GpuBuffer>, start: u32, k: u32) -> Result<()> {
+    let p = step.gpu().pipeline(&ACCEPT_GREEDY, &Defines::default())?;
+    step.dispatch(&p, &AcceptParams { start, k, _pad: [0; 2] }, &[post, ids, result], [1, 1, 1]);
     Ok(())
 }

@@ -14,6 +14,8 @@ pub const ATTENTION: &str = include_str!("../../../shaders/attention.wgsl");
 pub const EMBEDDING: &str = include_str!("../../../shaders/embedding.wgsl");
 pub const SAMPLING: &str = include_str!("../../../shaders/sampling.wgsl");
 pub const COPY: &str = include_str!("../../../shaders/copy.wgsl");
+pub const DOMINO_HEAD: &str = include_str!("../../../shaders/domino_head.wgsl");
+pub const SPECULATIVE: &str = include_str!("../../../shaders/speculative.wgsl");
 
 /// Flags and values a shader is specialised with.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -180,3 +180,14 @@ async fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
     staging.unmap();
     Ok(data)
 }
+
+/// Wait until all submitted work has finished (timing splits between phases).
+pub async fn finish(gpu: &Gpu) -> Result<()> {
+    let (tx, rx) = futures_channel::oneshot::channel();
+    gpu.queue.on_submitted_work_done(move || {
+        let _ = tx.send(());
+    });
+    #[cfg(not(target_arch = "wasm32"))]
+    gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| EngineError::Readback(e.to_string()))?;
+    rx.await.map_err(|_| EngineError::Readback("work-done callback dropped".into()))
+}

@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod drafter;
+pub mod drafter_gpu;
 pub mod drafter_reference;
 pub mod error;
 pub mod qwen3;

@@ -4,6 +4,8 @@ use thiserror::Error;
 pub enum RuntimeError {
     #[error("prompt of {prompt} tokens + {max_tokens} new tokens exceeds the context of {context} positions ({limit})")]
     ContextOverflow { prompt: usize, max_tokens: usize, context: usize, limit: &'static str },
+    #[error("{0}")]
+    Unsupported(String),
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error("prompt token id {id} at index {index} is outside the vocabulary (vocab_size {vocab})")]

@@ -4,6 +4,8 @@
 pub mod clock;
 pub mod error;
 pub mod session;
+pub mod speculative;
 
 pub use error::{Result, RuntimeError};
+pub use speculative::{SpeculativeOptions, SpeculativeSession, SpeculativeStats};
 pub use session::{GenerateOptions, Generation, GenerationStats, Session, StopReason};

@@ -1,0 +1,240 @@
+//! Speculative decoding rounds on the GPU (spec §4): draft -> verify -> accept, with the accept step
+//! on the GPU too, so a round reads back only [accepted count, committed tokens].
+//!
+//! Positions: the anchor (last committed token, not yet run through the target) sits at `start`; the
+//! target KV covers [0, start) and so does the draft context. Rollback of rejected drafts is a length
+//! reset: the next verify simply writes from the new `start` on.
+
+use crate::clock::now;
+use crate::error::{Result, RuntimeError};
+use crate::session::{GenerateOptions, Generation, GenerationStats, StopReason, MAX_LOGIT_ROWS, MAX_ROWS};
+use domino_engine::step::finish;
+use domino_engine::{kernels, GpuBuffer, Rows, SamplingConfig, Step};
+use domino_models::drafter_gpu::{DraftState, DrafterModel};
+use domino_models::qwen3::{Capture, Forward};
+use domino_models::{ForwardState, Qwen3Model};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// What the speculative statistics add to a generation.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SpeculativeStats {
+    /// Tokens committed per round: accepted drafts + 1 (the target's bonus token).
+    pub acceptance_lengths: Vec<usize>,
+    pub mean_acceptance: f64,
+    pub rounds: usize,
+    pub block_size: usize,
+    pub draft_seconds: f64,
+    pub verify_seconds: f64,
+    /// Time in the Domino head's sequential loop (0 for DFlash / --no-head).
+    pub head_seconds: f64,
+    /// head_seconds / (draft_seconds + verify_seconds).
+    pub head_share: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SpeculativeOptions {
+    /// Run the Domino head (false: the backbone alone, the --no-head ablation).
+    pub use_head: bool,
+    /// Measure the draft / verify / head split (adds GPU syncs between the phases of a round).
+    pub timing: bool,
+}
+
+impl Default for SpeculativeOptions {
+    fn default() -> Self {
+        Self { use_head: true, timing: true }
+    }
+}
+
+pub struct SpeculativeSession<'m> {
+    target: &'m Qwen3Model,
+    drafter: &'m DrafterModel,
+    state: ForwardState,
+    draft: DraftState,
+    /// Target features `[row][k·h]` captured by the last pass (prefill chunk or verify).
+    features: Arc<GpuBuffer>,
+    result: Arc<GpuBuffer>,
+}
+
+impl<'m> SpeculativeSession<'m> {
+    /// `capacity`: prompt + generated tokens this session must hold.
+    pub fn new(target: &'m Qwen3Model, drafter: &'m DrafterModel, capacity: usize) -> Result<Self> {
+        let b = drafter.config.block_size;
+        let k = drafter.drafts_per_block();
+        if k + 1 > MAX_LOGIT_ROWS {
+            return Err(RuntimeError::Unsupported(format!("block size {b}: a verify pass of {} rows exceeds {MAX_LOGIT_ROWS}", k + 1)));
+        }
+        // Room for the last round's drafts past the final committed token.
+        let slots = capacity + b + 1;
+        let max_pos = target.config.max_position_embeddings;
+        if capacity > max_pos {
+            return Err(RuntimeError::ContextOverflow { prompt: capacity, max_tokens: 0, context: max_pos, limit: "max_position_embeddings" });
+        }
+        let state = target.new_state(slots, MAX_ROWS, MAX_LOGIT_ROWS)?;
+        let draft = drafter.new_state(target, slots, MAX_ROWS)?;
+        let width = drafter.config.num_features() * target.config.hidden_size;
+        let gpu = &target.gpu;
+        let features = gpu.binding_buffer("target features", (MAX_ROWS.max(k + 1) * width * 4) as u64)?;
+        let result = gpu.binding_buffer("round result", ((k + 2) * 4) as u64)?;
+        Ok(Self { target, drafter, state, draft, features, result })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.state.capacity - self.drafter.config.block_size - 1
+    }
+
+    fn validate(&self, prompt: &[u32], max_tokens: usize) -> Result<()> {
+        if prompt.is_empty() {
+            return Err(RuntimeError::EmptyPrompt);
+        }
+        let vocab = self.target.config.vocab_size;
+        if let Some((index, &id)) = prompt.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+            return Err(RuntimeError::TokenOutOfRange { id, index, vocab });
+        }
+        let max_pos = self.target.config.max_position_embeddings;
+        if prompt.len() + max_tokens > max_pos {
+            return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: max_pos, limit: "max_position_embeddings" });
+        }
+        if prompt.len() + max_tokens > self.capacity() {
+            return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: self.capacity(), limit: "session capacity" });
+        }
+        Ok(())
+    }
+
+    fn capture<'a>(&'a self, layers: &'a [usize]) -> Capture<'a> {
+        Capture { layers, dst: &self.features, dst_row: 0 }
+    }
+
+    fn feature_rows(&self) -> Rows<'_> {
+        let width = (self.drafter.config.num_features() * self.target.config.hidden_size) as u32;
+        Rows::new(&self.features, 0, width)
+    }
+
+    pub async fn generate(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        spec: &SpeculativeOptions,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<(Generation, SpeculativeStats)> {
+        self.validate(prompt, opts.max_tokens)?;
+        if !opts.sampling.is_greedy() {
+            return Err(RuntimeError::Unsupported("speculative decoding with temperature > 0 is not implemented yet; use --temperature 0 or plain decoding".into()));
+        }
+        let (target, drafter) = (self.target, self.drafter);
+        let gpu = &target.gpu;
+        let layers = drafter.config.target_layer_ids.clone();
+        let k = drafter.drafts_per_block() as u32;
+        let n = prompt.len();
+        let mut stats = GenerationStats { prompt_tokens: n, ..Default::default() };
+        let mut spec_stats = SpeculativeStats { block_size: drafter.config.block_size, ..Default::default() };
+        let mut output = Vec::new();
+        let mut stop_reason = StopReason::MaxTokens;
+        if opts.max_tokens == 0 {
+            return Ok((Generation { prompt_ids: prompt.to_vec(), output_ids: output, stop_reason, stats }, spec_stats));
+        }
+        gpu.write(&self.state.ids, 0, prompt);
+
+        // Prefill in chunks: target rows with feature capture, then the drafter's context from them.
+        let t0 = now();
+        let mut step = Step::new(gpu);
+        let mut r0 = 0;
+        while r0 < n {
+            let nb = (n - r0).min(MAX_ROWS);
+            let last = r0 + nb == n;
+            let fwd = Forward { pos0: r0 as u32, n_rows: nb as u32, logits_from: if last { nb as u32 - 1 } else { nb as u32 }, capture: Some(self.capture(&layers)) };
+            target.record_forward(&mut step, &self.state, &fwd)?;
+            drafter.record_context(&mut step, &self.draft, &self.feature_rows(), r0 as u32, nb as u32)?;
+            r0 += nb;
+        }
+        target.record_sample(&mut step, &self.state, 1, &SamplingConfig::greedy(), n as u32, &self.state.ids, n as u32)?;
+        let bytes = step.submit_and_read(&self.state.ids, n as u64 * 4, 4).await?;
+        let first = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let t1 = now();
+        stats.prefill_seconds = t1 - t0;
+        stats.time_to_first_token_s = t1 - t0;
+
+        let mut emit = |tok: u32, output: &mut Vec<u32>| -> Option<StopReason> {
+            output.push(tok);
+            let keep_going = on_token(tok);
+            if !opts.ignore_eos && opts.stop_ids.contains(&tok) {
+                return Some(StopReason::Eos);
+            }
+            if !keep_going {
+                return Some(StopReason::Cancelled);
+            }
+            if output.len() >= opts.max_tokens {
+                return Some(StopReason::MaxTokens);
+            }
+            None
+        };
+        let mut start = n as u32;
+        let mut new_context = 0u32; // feature rows of [start - new_context, start) not yet in the draft cache
+        let mut done = emit(first, &mut output);
+        while done.is_none() {
+            // Draft: append last round's context, then the block (and the Domino loop).
+            let ta = now();
+            let mut step = Step::new(gpu);
+            if new_context > 0 {
+                drafter.record_context(&mut step, &self.draft, &self.feature_rows(), start - new_context, new_context)?;
+            }
+            drafter.reset_head_state(&self.draft);
+            drafter.record_backbone(&mut step, &self.draft, target, &self.state.ids, start)?;
+            let head_apart = spec.timing && drafter.runs_head(spec.use_head);
+            let mut head_start = 0.0;
+            if head_apart {
+                // Timing only: the head's loop in a submission of its own, to measure its share.
+                step.submit()?;
+                finish(gpu).await?;
+                head_start = now();
+                step = Step::new(gpu);
+            }
+            drafter.record_drafts(&mut step, &self.draft, target, &self.state.ids, start, spec.use_head)?;
+            step.submit()?;
+            if spec.timing {
+                finish(gpu).await?;
+            }
+            let tb = now();
+            if head_apart {
+                spec_stats.head_seconds += tb - head_start;
+            }
+            // Verify [anchor, d1..dK] in one pass with feature capture, accept on the GPU.
+            let mut step = Step::new(gpu);
+            let fwd = Forward { pos0: start, n_rows: k + 1, logits_from: 0, capture: Some(self.capture(&layers)) };
+            target.record_forward(&mut step, &self.state, &fwd)?;
+            let v = target.config.vocab_size as u32;
+            kernels::sample(&mut step, &Rows::new(&self.state.logits, 0, v), v, k + 1, &self.state.out_ids, 0, &SamplingConfig::greedy(), 0)?;
+            kernels::accept_greedy(&mut step, &self.state.out_ids, &self.state.ids, &self.result, start, k)?;
+            let bytes = step.submit_and_read(&self.result, 0, (k as u64 + 2) * 4).await?;
+            let tc = now();
+            spec_stats.draft_seconds += tb - ta;
+            spec_stats.verify_seconds += tc - tb;
+            let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let a = words[0].min(k) as usize;
+            spec_stats.acceptance_lengths.push(a + 1);
+            for &tok in &words[1..a + 2] {
+                done = emit(tok, &mut output);
+                if done.is_some() {
+                    break;
+                }
+            }
+            start += a as u32 + 1;
+            new_context = a as u32 + 1;
+        }
+        stop_reason = done.unwrap_or(stop_reason);
+        stats.decode_seconds = now() - t1;
+        stats.generated_tokens = output.len();
+        stats.prefill_tokens_per_s = n as f64 / stats.prefill_seconds.max(1e-9);
+        let decoded = output.len().saturating_sub(1);
+        stats.decode_tokens_per_s = if decoded > 0 { decoded as f64 / stats.decode_seconds.max(1e-9) } else { 0.0 };
+        spec_stats.rounds = spec_stats.acceptance_lengths.len();
+        spec_stats.mean_acceptance = if spec_stats.rounds > 0 {
+            spec_stats.acceptance_lengths.iter().sum::<usize>() as f64 / spec_stats.rounds as f64
+        } else {
+            0.0
+        };
+        let round_time = spec_stats.draft_seconds + spec_stats.verify_seconds;
+        spec_stats.head_share = if round_time > 0.0 { spec_stats.head_seconds / round_time } else { 0.0 };
+        Ok((Generation { prompt_ids: prompt.to_vec(), output_ids: output, stop_reason, stats }, spec_stats))
+    }
+}
