@@ -348,3 +348,52 @@ pub fn write_tiny_drafter(dir: &Path, target: &TinySpec, s: &TinyDrafterSpec) ->
     write(&dir.join("config.json"), &config)?;
     write(&dir.join("model.safetensors"), &safetensors_bytes(s.dtype, &tiny_drafter_tensors(target, s)?)?)
 }
+
+/// Apply `f` to every tensor whose name satisfies `pred` (constructing special models in tests).
+pub fn set_tensors(tensors: &mut [(String, Vec<usize>, Vec<f32>)], pred: impl Fn(&str) -> bool, f: impl Fn(&mut Vec<f32>, &[usize])) {
+    for (name, shape, v) in tensors.iter_mut() {
+        if pred(name) {
+            f(v, shape);
+        }
+    }
+}
+
+/// The projections that write into the residual stream.
+pub fn is_residual_write(name: &str) -> bool {
+    name.ends_with("o_proj.weight") || name.ends_with("down_proj.weight")
+}
+
+/// A target whose next token is always `t` (untied spec): no residual writes, so the final state is
+/// the token's embedding, whose component 0 is made positive; the final norm keeps only that component
+/// and lm_head row t has the largest weight on it. Its compute cost is that of any model of its shape.
+pub fn constant_target_tensors(spec: &TinySpec, t: usize) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut tensors = tiny_tensors(spec);
+    set_tensors(&mut tensors, is_residual_write, |v, _| v.fill(0.0));
+    set_tensors(&mut tensors, |n| n == "model.embed_tokens.weight", |v, s| v.chunks_mut(s[1]).for_each(|row| row[0] = 1.0 + row[0].abs()));
+    set_tensors(&mut tensors, |n| n == "model.norm.weight", |v, _| v.iter_mut().enumerate().for_each(|(i, x)| *x = if i == 0 { 1.0 } else { 0.0 }));
+    set_tensors(&mut tensors, |n| n == "lm_head.weight", |v, s| v[t * s[1]] = 10.0);
+    tensors
+}
+
+/// A drafter for `constant_target_tensors` that drafts t in every slot: no residual writes, the final
+/// norm keeps component 0 of the slot's embedding, and the Domino correction is zero.
+pub fn always_accept_drafter_tensors(target: &TinySpec, s: &TinyDrafterSpec) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>> {
+    let mut tensors = tiny_drafter_tensors(target, s)?;
+    set_tensors(&mut tensors, is_residual_write, |v, _| v.fill(0.0));
+    set_tensors(&mut tensors, |n| n == "norm.weight", |v, _| v.iter_mut().enumerate().for_each(|(i, x)| *x = if i == 0 { 1.0 } else { 0.0 }));
+    set_tensors(&mut tensors, |n| n.ends_with("embed_proj.2.weight"), |v, _| v.fill(0.0));
+    Ok(tensors)
+}
+
+/// Write the always-accept pair: a constant target (next token always `t`) into `target_dir` and a
+/// drafter that always drafts `t` into `drafter_dir`. Every round accepts every draft.
+pub fn write_always_accept_pair(target_dir: &Path, drafter_dir: &Path, target: &TinySpec, s: &TinyDrafterSpec, t: usize) -> Result<()> {
+    let spec = TinySpec { tied: false, shards: 1, ..target.clone() };
+    write_tiny_model(target_dir, &spec)?;
+    let bytes = safetensors_bytes(spec.dtype, &constant_target_tensors(&spec, t))?;
+    write(&target_dir.join("model.safetensors"), &bytes)?;
+    write_tiny_drafter(drafter_dir, &spec, s)?;
+    let bytes = safetensors_bytes(s.dtype, &always_accept_drafter_tensors(&spec, s)?)?;
+    write(&drafter_dir.join("model.safetensors"), &bytes)?;
+    Ok(())
+}

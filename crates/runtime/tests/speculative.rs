@@ -92,3 +92,110 @@ fn speculative_greedy_is_lossless_and_matches_the_cpu_reference() {
         }
     }
 }
+
+#[test]
+fn gpu_drafter_matches_the_cpu_reference_drafter() {
+    use domino_engine::step::{read_buffer, read_f32};
+    use domino_engine::Step;
+    use domino_models::qwen3::{Capture, Forward};
+    let gpus = test_gpus();
+    for kind in [DrafterKind::DFlash, DrafterKind::Domino] {
+        for block in [4usize, 8] {
+            let dspec = TinyDrafterSpec { kind, block_size: block, layers: 2, seed: 900 + block as u64, ..TinyDrafterSpec::default() };
+            let p = pair(&target_spec(), &dspec);
+            let ref_target = ReferenceModel::load(p.target_cfg.clone(), &p.target_ckpt, false).unwrap();
+            for use_head in [true, false] {
+                for (name, gpu) in &gpus {
+                    let (target, drafter) = load(gpu, &p);
+                    let prompt: Vec<u32> = vec![11, 22, 33, 44, 55, 66];
+                    let n = prompt.len() as u32;
+                    let state = target.new_state(64, 64, 33).unwrap();
+                    let draft = drafter.new_state(&target, 64, 64).unwrap();
+                    let width = drafter.config.num_features() * target.config.hidden_size;
+                    let feats = gpu.buffer("features", (64 * width * 4) as u64).unwrap();
+                    gpu.write(&state.ids, 0, &prompt);
+                    let layers = drafter.config.target_layer_ids.clone();
+                    let mut step = Step::new(gpu);
+                    let capture = Capture { layers: &layers, dst: &feats, dst_row: 0 };
+                    target.record_forward(&mut step, &state, &Forward { pos0: 0, n_rows: n, logits_from: n - 1, capture: Some(capture) }).unwrap();
+                    let frows = domino_engine::Rows::new(&feats, 0, width as u32);
+                    drafter.record_context(&mut step, &draft, &frows, 0, n).unwrap();
+                    target.record_sample(&mut step, &state, 1, &domino_engine::SamplingConfig::greedy(), n, &state.ids, n).unwrap();
+                    drafter.reset_head_state(&draft);
+                    drafter.record_block(&mut step, &draft, &target, &state.ids, n, use_head).unwrap();
+                    step.submit().unwrap();
+                    let k = drafter.drafts_per_block();
+                    let ids: Vec<u32> = bytemuck::pod_collect_to_vec(&block_on(read_buffer(gpu, &state.ids, n as u64 * 4, (k as u64 + 1) * 4)).unwrap());
+                    let logits = block_on(read_f32(gpu, &draft.logits, 0, block * target.config.vocab_size)).unwrap();
+
+                    let mut ref_drafter = ReferenceDrafter::load(p.drafter_cfg.clone(), &p.drafter_ckpt, &ref_target, false).unwrap();
+                    let out = ref_target.forward(&prompt);
+                    let f = domino_models::drafter_reference::target_features(&out, &layers, target.config.hidden_size, 0..prompt.len());
+                    let v = target.config.vocab_size;
+                    let anchor = domino_engine::reference::argmax(&out.logits[(prompt.len() - 1) * v..]);
+                    let want = ref_drafter.draft_block(&f, anchor, prompt.len(), use_head);
+                    let ctx = format!("{name} {kind:?} B={block} head={use_head}");
+                    assert_eq!(ids[0], anchor, "{ctx}: anchor");
+                    assert_eq!(&ids[1..], &want[..], "{ctx}: drafts differ from the CPU reference drafter");
+                    let ref_logits = ref_drafter.last_final_logits();
+                    let range = ref_logits.iter().cloned().fold(f32::MIN, f32::max) - ref_logits.iter().cloned().fold(f32::MAX, f32::min);
+                    let err = logits.iter().zip(ref_logits).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                    assert!(err < 1e-4 * range, "{ctx}: drafter logits error {err} (range {range})");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn always_accepting_pairs_commit_whole_blocks() {
+    let (name, gpu) = &test_gpus()[0];
+    for kind in [DrafterKind::DFlash, DrafterKind::Domino] {
+        for block in [2usize, 4, 8, 16] {
+            let dir = tempfile::tempdir().unwrap();
+            let (t, d) = (dir.path().join("t"), dir.path().join("d"));
+            let dspec = TinyDrafterSpec { kind, block_size: block, ..TinyDrafterSpec::default() };
+            domino_models::testing::write_always_accept_pair(&t, &d, &target_spec(), &dspec, 77).unwrap();
+            let target = Qwen3Model::load(gpu.clone(), Qwen3Config::from_file(&t.join("config.json")).unwrap(), &Checkpoint::open(&t).unwrap(), WeightFormat::F16, &mut |_, _, _| {}).unwrap();
+            let drafter = DrafterModel::load(DrafterConfig::from_file(&d.join("config.json")).unwrap(), &Checkpoint::open(&d).unwrap(), &target, WeightFormat::F16).unwrap();
+            let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
+            let full = drafter.drafts_per_block() + 1;
+            for max_tokens in [1usize, 2 + full, 3 * full + 2] {
+                let (g, stats) = block_on(spec.generate(&[5, 6, 7], &greedy(max_tokens), &SpeculativeOptions::default(), &mut |_| true)).unwrap();
+                assert!(g.output_ids.iter().all(|&x| x == 77), "{name}: {:?}", g.output_ids);
+                assert_eq!(g.output_ids.len(), max_tokens);
+                // Every round commits B+1 (Domino) or B (DFlash); the prefill's token comes first.
+                let rounds = (max_tokens - 1).div_ceil(full);
+                assert_eq!(stats.rounds, rounds, "{kind:?} B={block} max={max_tokens}: {:?}", stats.acceptance_lengths);
+                assert!(stats.acceptance_lengths.iter().all(|&l| l == full), "{kind:?} B={block}: {:?}", stats.acceptance_lengths);
+            }
+        }
+    }
+}
+
+#[test]
+fn mismatched_drafters_give_clear_errors() {
+    let (_, gpu) = &test_gpus()[0];
+    let tspec = target_spec();
+    let p = pair(&tspec, &TinyDrafterSpec::default());
+    let target = Qwen3Model::load(gpu.clone(), p.target_cfg.clone(), &p.target_ckpt, WeightFormat::F32, &mut |_, _, _| {}).unwrap();
+    let err = |f: &dyn Fn(&mut DrafterConfig)| {
+        let mut cfg = p.drafter_cfg.clone();
+        f(&mut cfg);
+        match DrafterModel::load(cfg, &p.drafter_ckpt, &target, WeightFormat::F32) {
+            Ok(_) => panic!("mismatch accepted"),
+            Err(e) => e.to_string(),
+        }
+    };
+    assert!(err(&|c| c.target_layer_ids = vec![0, 5]).contains("5"));
+    assert!(err(&|c| c.block_size = 0).contains("block_size"));
+    assert!(err(&|c| c.mask_token_id = 10_000).contains("10000"));
+    // A drafter whose hidden size differs from the target's (a drafter for another target).
+    let other = pair(&TinySpec { hidden: 96, ..tspec.clone() }, &TinyDrafterSpec::default());
+    let e = DrafterModel::load(other.drafter_cfg.clone(), &other.drafter_ckpt, &target, WeightFormat::F32).err().unwrap().to_string();
+    assert!(e.contains("96") && e.contains("64"), "{e}");
+    // A drafter for a larger vocabulary: the Domino head's W2 shape names the mismatch.
+    let other = pair(&TinySpec { vocab: 500, ..tspec }, &TinyDrafterSpec { kind: DrafterKind::Domino, ..TinyDrafterSpec::default() });
+    let e = DrafterModel::load(other.drafter_cfg.clone(), &other.drafter_ckpt, &target, WeightFormat::F32).err().unwrap().to_string();
+    assert!(e.contains("500") || e.contains("mask"), "{e}");
+}
