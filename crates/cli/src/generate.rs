@@ -5,7 +5,8 @@ use crate::{model_dir, CliError};
 use clap::Args;
 use domino_engine::SamplingConfig;
 use domino_models::tokenizer::{ChatMessage, StreamDecoder};
-use domino_runtime::{GenerateOptions, Session};
+use domino_runtime::{GenerateOptions, Session, SpeculativeOptions, SpeculativeSession};
+use crate::load::load_drafter;
 use std::io::Write;
 
 #[derive(Debug, Args)]
@@ -49,6 +50,15 @@ pub struct GenerateArgs {
     /// Print one JSON object with ids, text and statistics instead of streaming text.
     #[arg(long)]
     pub json: bool,
+    /// Drafter folder (DFlash or Domino checkpoint): speculative decoding. Without it, plain decoding.
+    #[arg(long)]
+    pub draft: Option<String>,
+    /// Override the drafter's block size.
+    #[arg(long)]
+    pub block_size: Option<usize>,
+    /// Run a Domino drafter as its DFlash-style backbone only (ablation).
+    #[arg(long)]
+    pub no_head: bool,
 }
 
 pub fn run(args: GenerateArgs) -> Result<(), CliError> {
@@ -75,13 +85,11 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         ignore_eos: args.ignore_eos,
         stop_ids: loaded.stop_ids.clone(),
     };
-    let capacity = prompt_ids.len() + args.max_tokens;
-    let mut session = Session::new(&loaded.model, capacity.min(loaded.model.config.max_position_embeddings).max(1))?;
-    session.validate(&prompt_ids, args.max_tokens)?;
+    let capacity = (prompt_ids.len() + args.max_tokens).min(loaded.model.config.max_position_embeddings).max(1);
     let mut stream = StreamDecoder::new();
     let mut stdout = std::io::stdout();
     let mut stream_error = None;
-    let generation = pollster::block_on(session.generate(&prompt_ids, &opts, &mut |id| {
+    let mut on_token = |id: u32| -> bool {
         if !args.json {
             if let Some(tok) = tokenizer {
                 match stream.push(tok, id) {
@@ -97,7 +105,21 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             }
         }
         true
-    }))?;
+    };
+    let (generation, spec_stats) = match &args.draft {
+        None => {
+            let mut session = Session::new(&loaded.model, capacity)?;
+            session.validate(&prompt_ids, args.max_tokens)?;
+            (pollster::block_on(session.generate(&prompt_ids, &opts, &mut on_token))?, None)
+        }
+        Some(draft) => {
+            let drafter = load_drafter(&loaded.model, draft, args.block_size, format)?;
+            let mut session = SpeculativeSession::new(&loaded.model, &drafter, capacity)?;
+            let spec = SpeculativeOptions { use_head: !args.no_head, timing: true };
+            let (g, s) = pollster::block_on(session.generate(&prompt_ids, &opts, &spec, &mut on_token))?;
+            (g, Some(s))
+        }
+    };
     if let Some(e) = stream_error {
         return Err(e.into());
     }
@@ -106,12 +128,18 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         None => String::new(),
     };
     if args.json {
+        let mut stats = serde_json::to_value(&generation.stats).unwrap_or_default();
+        if let (Some(s), Some(obj)) = (&spec_stats, stats.as_object_mut()) {
+            if let Ok(serde_json::Value::Object(extra)) = serde_json::to_value(s) {
+                obj.extend(extra);
+            }
+        }
         let out = serde_json::json!({
             "prompt_ids": generation.prompt_ids,
             "output_ids": generation.output_ids,
             "text": text,
             "stop_reason": generation.stop_reason,
-            "stats": generation.stats,
+            "stats": stats,
         });
         println!("{}", serde_json::to_string(&out).unwrap_or_default());
     } else {
@@ -127,6 +155,16 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             "{} prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s ({:?})",
             s.prompt_tokens, s.prefill_tokens_per_s, s.generated_tokens, s.decode_tokens_per_s, generation.stop_reason
         );
+        if let Some(sp) = &spec_stats {
+            eprintln!(
+                "{} rounds, mean acceptance {:.2}, draft {:.3}s / verify {:.3}s, Domino head {:.1}% of round time",
+                sp.rounds,
+                sp.mean_acceptance,
+                sp.draft_seconds,
+                sp.verify_seconds,
+                100.0 * sp.head_share
+            );
+        }
     }
     Ok(())
 }

@@ -4,6 +4,8 @@ use crate::CliError;
 use domino_engine::{BackendChoice, Gpu, GpuOptions, WeightFormat};
 use domino_models::config::generation_eos;
 use domino_models::tokenizer::TextTokenizer;
+use domino_models::drafter::DrafterConfig;
+use domino_models::drafter_gpu::DrafterModel;
 use domino_models::{Checkpoint, Qwen3Config, Qwen3Model};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
@@ -53,4 +55,15 @@ pub fn load_model(gpu: Arc<Gpu>, dir: &Path, format: WeightFormat, quiet: bool) 
     stop_ids.sort();
     stop_ids.dedup();
     Ok(Loaded { model, tokenizer, stop_ids })
+}
+
+/// Load a DFlash / Domino drafter folder for `target`, optionally with another block size.
+pub fn load_drafter(target: &Qwen3Model, dir: &str, block_size: Option<usize>, format: WeightFormat) -> Result<DrafterModel, CliError> {
+    let dir = Path::new(dir);
+    let mut config = DrafterConfig::from_file(&dir.join("config.json"))?;
+    if let Some(b) = block_size {
+        config.block_size = b;
+    }
+    let ckpt = Checkpoint::open(dir)?;
+    Ok(DrafterModel::load(config, &ckpt, target, format)?)
 }

@@ -8,7 +8,8 @@ mod model_dir;
 
 use clap::{Args, Parser, Subcommand};
 use domino_engine::HostDType;
-use domino_models::testing::{write_tiny_model, TinySpec};
+use domino_models::drafter::DrafterKind;
+use domino_models::testing::{write_always_accept_pair, write_tiny_model, TinyDrafterSpec, TinySpec};
 use std::process::ExitCode;
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,17 @@ struct RandomModelArgs {
     tied: bool,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Also write a drafter here, and make the pair always-accepting: the target's next token is
+    /// always the same and the drafter always drafts it (measures speed at full acceptance).
+    #[arg(long)]
+    always_accept_drafter: Option<std::path::PathBuf>,
+    /// dflash or domino (with --always-accept-drafter).
+    #[arg(long, default_value = "domino")]
+    drafter_kind: String,
+    #[arg(long, default_value_t = 16)]
+    block_size: usize,
+    #[arg(long, default_value_t = 1)]
+    drafter_layers: usize,
 }
 
 fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
@@ -80,7 +92,30 @@ fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
         dtype: HostDType::BF16,
         ..TinySpec::default()
     };
-    write_tiny_model(&a.out, &spec)?;
+    match &a.always_accept_drafter {
+        None => write_tiny_model(&a.out, &spec)?,
+        Some(dir) => {
+            let kind = match a.drafter_kind.as_str() {
+                "dflash" => DrafterKind::DFlash,
+                "domino" => DrafterKind::Domino,
+                other => return Err(CliError::Usage(format!("--drafter-kind {other}: expected dflash or domino"))),
+            };
+            let layers = (0..a.layers).collect::<Vec<_>>();
+            let ids = vec![layers[0], layers[layers.len() / 2], layers[layers.len() - 1]];
+            let dspec = TinyDrafterSpec {
+                kind,
+                block_size: a.block_size,
+                layers: a.drafter_layers,
+                target_layer_ids: ids,
+                emb_dim: 256,
+                gru_hidden: 1024.min(a.hidden),
+                dtype: HostDType::BF16,
+                ..TinyDrafterSpec::default()
+            };
+            write_always_accept_pair(&a.out, dir, &spec, &dspec, a.vocab / 2)?;
+            eprintln!("wrote drafter {}", dir.display());
+        }
+    }
     eprintln!("wrote {}", a.out.display());
     Ok(())
 }
