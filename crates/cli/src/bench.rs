@@ -28,6 +28,23 @@ pub struct BenchArgs {
     /// Write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// A drafter: also measure its DFlash-style backbone alone and (Domino checkpoints) full Domino.
+    #[arg(long)]
+    pub draft: Option<String>,
+    #[arg(long)]
+    pub block_size: Option<usize>,
+}
+
+/// One speculative mode measured in the same run as plain decoding.
+#[derive(Debug, Serialize)]
+pub struct ModeReport {
+    pub mode: String,
+    pub decode_tokens_per_s: f64,
+    pub speedup_over_plain: f64,
+    pub mean_acceptance: f64,
+    pub draft_seconds: f64,
+    pub verify_seconds: f64,
+    pub head_share: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -45,6 +62,7 @@ pub struct BenchReport {
     pub decode_weight_bandwidth_gb_s: f64,
     pub copy_bandwidth_gb_s: f64,
     pub roofline_ratio: f64,
+    pub speculative: Vec<ModeReport>,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -79,6 +97,49 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         }
     }
     bar.finish_and_clear();
+    drop(session);
+    let mut speculative = Vec::new();
+    if let Some(draft) = &args.draft {
+        let drafter = crate::load::load_drafter(model, draft, args.block_size, format)?;
+        let plain_tps = median(&mut decode.clone());
+        let mut modes = vec![("backbone (--no-head)", false)];
+        if drafter.head.is_some() {
+            modes.push(("domino", true));
+        } else {
+            modes[0].0 = "dflash";
+        }
+        let mut spec = domino_runtime::SpeculativeSession::new(model, &drafter, args.prompt_len + args.max_tokens)?;
+        for (name, use_head) in modes {
+            let mut tps = Vec::new();
+            let mut last = None;
+            for run in 0..=args.runs {
+                // Throughput runs without the timing syncs; one extra run measures the split.
+                let timing = run == args.runs;
+                let so = domino_runtime::SpeculativeOptions { use_head, timing };
+                let (g, st) = pollster::block_on(spec.generate(&prompt, &opts, &so, &mut |_| true))?;
+                if run > 0 && !timing {
+                    tps.push(g.stats.decode_tokens_per_s);
+                }
+                if timing {
+                    last = Some(st);
+                }
+            }
+            if tps.is_empty() {
+                tps.push(0.0);
+            }
+            let st = last.unwrap_or_default();
+            let t = median(&mut tps);
+            speculative.push(ModeReport {
+                mode: name.to_string(),
+                decode_tokens_per_s: t,
+                speedup_over_plain: t / plain_tps.max(1e-9),
+                mean_acceptance: st.mean_acceptance,
+                draft_seconds: st.draft_seconds,
+                verify_seconds: st.verify_seconds,
+                head_share: st.head_share,
+            });
+        }
+    }
     let copy_bytes = (256u64 << 20).min(gpu.caps.max_storage_binding);
     let copy = pollster::block_on(domino_engine::bandwidth::copy_bandwidth(&gpu, copy_bytes, 5, &now))?;
     let all = decode.clone();
@@ -99,6 +160,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         decode_weight_bandwidth_gb_s: weight_bw / 1e9,
         copy_bandwidth_gb_s: copy / 1e9,
         roofline_ratio: weight_bw / copy,
+        speculative,
     };
     println!("adapter        {} ({})", report.adapter.name, report.adapter.backend);
     println!("model          {} ({}, {:.1} MB of weights read per token)", report.model, report.dtype, bytes as f64 / 1e6);
@@ -107,6 +169,12 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     println!("weight bw      {:.2} GB/s", report.decode_weight_bandwidth_gb_s);
     println!("copy bw        {:.2} GB/s (WGSL copy kernel, read + write)", report.copy_bandwidth_gb_s);
     println!("roofline ratio {:.2}", report.roofline_ratio);
+    for m in &report.speculative {
+        println!(
+            "{:<14} {:.2} tok/s, {:.2}x plain, mean acceptance {:.2}, draft {:.3}s / verify {:.3}s, head {:.1}% of round time",
+            m.mode, m.decode_tokens_per_s, m.speedup_over_plain, m.mean_acceptance, m.draft_seconds, m.verify_seconds, 100.0 * m.head_share
+        );
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
         std::fs::write(path, text).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;

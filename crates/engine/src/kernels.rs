@@ -27,6 +27,8 @@ const ATTN_COMBINE: KernelSpec =
 const EMBEDDING: KernelSpec = KernelSpec { name: "embedding", source: shader::EMBEDDING, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
 const ARGMAX: KernelSpec = KernelSpec { name: "sampling", source: shader::SAMPLING, entry: "argmax", bindings: &[(1, R), (2, W)] };
 const SAMPLE: KernelSpec = KernelSpec { name: "sampling", source: shader::SAMPLING, entry: "sample", bindings: &[(1, R), (2, W)] };
+const ACCEPT_SAMPLED: KernelSpec =
+    KernelSpec { name: "sampling", source: shader::SAMPLING, entry: "speculative", bindings: &[(1, R), (2, W), (3, W)] };
 const COPY_ROWS: KernelSpec = KernelSpec { name: "copy", source: shader::COPY, entry: "rows", bindings: &[(1, R), (2, W)] };
 const BANDWIDTH: KernelSpec = KernelSpec { name: "copy", source: shader::COPY, entry: "bandwidth", bindings: &[(1, R), (2, W)] };
 
@@ -389,7 +391,8 @@ struct SamplingParams {
     counter: u32,
     temperature: f32,
     top_p: f32,
-    _pad: [u32; 2],
+    result_offset: u32,
+    _pad: u32,
 }
 
 /// How the next token is chosen.
@@ -441,7 +444,8 @@ pub fn sample(
         counter,
         temperature: cfg.temperature.max(1e-6),
         top_p: cfg.top_p,
-        _pad: [0; 2],
+        result_offset: 0,
+        _pad: 0,
     };
     step.dispatch(&p, &params, &[logits.buf, out], [n_rows, 1, 1]);
     Ok(())
@@ -520,5 +524,40 @@ struct AcceptParams {
 pub fn accept_greedy(step: &mut Step, post: &Arc<GpuBuffer>, ids: &Arc<GpuBuffer>, result: &Arc<GpuBuffer>, start: u32, k: u32) -> Result<()> {
     let p = step.gpu().pipeline(&ACCEPT_GREEDY, &Defines::default())?;
     step.dispatch(&p, &AcceptParams { start, k, _pad: [0; 2] }, &[post, ids, result], [1, 1, 1]);
+    Ok(())
+}
+
+/// Lossless speculative sampling for one round (sampling.wgsl `speculative`): logits rows 0..=k of
+/// the verify pass, drafts at ids[start+1..=start+k]. Writes the next anchor at ids[start+1+a] and
+/// result[result_offset..] = [a, d_1..d_a, token]. `counter` seeds the round's draws.
+#[allow(clippy::too_many_arguments)]
+pub fn accept_sampled(
+    step: &mut Step,
+    logits: &Rows,
+    vocab: u32,
+    k: u32,
+    ids: &Arc<GpuBuffer>,
+    start: u32,
+    result: &Arc<GpuBuffer>,
+    result_offset: u32,
+    cfg: &SamplingConfig,
+    counter: u32,
+) -> Result<()> {
+    let p = step.gpu().pipeline(&ACCEPT_SAMPLED, &Defines::default().flag("SPECULATIVE"))?;
+    let params = SamplingParams {
+        vocab,
+        n_rows: k + 1,
+        logits_offset: logits.offset,
+        logits_stride: logits.stride,
+        out_offset: start,
+        top_k: cfg.top_k,
+        seed: (cfg.seed ^ (cfg.seed >> 32)) as u32,
+        counter,
+        temperature: cfg.temperature.max(1e-6),
+        top_p: cfg.top_p,
+        result_offset,
+        _pad: 0,
+    };
+    step.dispatch(&p, &params, &[logits.buf, ids, result], [1, 1, 1]);
     Ok(())
 }

@@ -118,9 +118,6 @@ impl<'m> SpeculativeSession<'m> {
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<(Generation, SpeculativeStats)> {
         self.validate(prompt, opts.max_tokens)?;
-        if !opts.sampling.is_greedy() {
-            return Err(RuntimeError::Unsupported("speculative decoding with temperature > 0 is not implemented yet; use --temperature 0 or plain decoding".into()));
-        }
         let (target, drafter) = (self.target, self.drafter);
         let gpu = &target.gpu;
         let layers = drafter.config.target_layer_ids.clone();
@@ -147,7 +144,7 @@ impl<'m> SpeculativeSession<'m> {
             drafter.record_context(&mut step, &self.draft, &self.feature_rows(), r0 as u32, nb as u32)?;
             r0 += nb;
         }
-        target.record_sample(&mut step, &self.state, 1, &SamplingConfig::greedy(), n as u32, &self.state.ids, n as u32)?;
+        target.record_sample(&mut step, &self.state, 1, &opts.sampling, n as u32, &self.state.ids, n as u32)?;
         let bytes = step.submit_and_read(&self.state.ids, n as u64 * 4, 4).await?;
         let first = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         let t1 = now();
@@ -203,8 +200,15 @@ impl<'m> SpeculativeSession<'m> {
             let fwd = Forward { pos0: start, n_rows: k + 1, logits_from: 0, capture: Some(self.capture(&layers)) };
             target.record_forward(&mut step, &self.state, &fwd)?;
             let v = target.config.vocab_size as u32;
-            kernels::sample(&mut step, &Rows::new(&self.state.logits, 0, v), v, k + 1, &self.state.out_ids, 0, &SamplingConfig::greedy(), 0)?;
-            kernels::accept_greedy(&mut step, &self.state.out_ids, &self.state.ids, &self.result, start, k)?;
+            let logits = Rows::new(&self.state.logits, 0, v);
+            if opts.sampling.is_greedy() {
+                kernels::sample(&mut step, &logits, v, k + 1, &self.state.out_ids, 0, &SamplingConfig::greedy(), 0)?;
+                kernels::accept_greedy(&mut step, &self.state.out_ids, &self.state.ids, &self.result, start, k)?;
+            } else {
+                // Draws are numbered by position so a seed gives one reproducible stream.
+                let counter = start.wrapping_mul(2 * MAX_LOGIT_ROWS as u32);
+                kernels::accept_sampled(&mut step, &logits, v, k, &self.state.ids, start, &self.result, 0, &opts.sampling, counter)?;
+            }
             let bytes = step.submit_and_read(&self.result, 0, (k as u64 + 2) * 4).await?;
             let tc = now();
             spec_stats.draft_seconds += tb - ta;

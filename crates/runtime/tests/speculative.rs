@@ -199,3 +199,87 @@ fn mismatched_drafters_give_clear_errors() {
     let e = DrafterModel::load(other.drafter_cfg.clone(), &other.drafter_ckpt, &target, WeightFormat::F32).err().unwrap().to_string();
     assert!(e.contains("500") || e.contains("mask"), "{e}");
 }
+
+/// The first two tokens of a speculative round under sampling follow the target's distribution:
+/// token 1 ~ p_0 and, when token 1 is the first draft, token 2 ~ p_1 (chi-square, fixed seeds, 0.1%).
+#[test]
+fn speculative_sampling_matches_the_target_distribution() {
+    use domino_engine::{kernels, reference, step::read_buffer, Rows, SamplingConfig, Step};
+    let (name, gpu) = &test_gpus()[0];
+    let vocab = 24usize;
+    let k = 3u32;
+    let mut rng = domino_engine::testing::Rng::new(99);
+    let logits = rng.vec((k as usize + 1) * vocab, 1.5);
+    let cfg = SamplingConfig { temperature: 0.9, top_k: 12, top_p: 0.95, seed: 5 };
+    let p: Vec<Vec<f64>> = logits.chunks(vocab).map(|row| reference::sampling_distribution(row, cfg.temperature, 12, 0.95)).collect();
+    // Drafts: the most likely token of row 0 (accepted often) and arbitrary later ones.
+    let d1 = reference::argmax(&logits[..vocab]);
+    let drafts = [d1, 3, 5];
+    let runs = 3000u32;
+    let slot = k + 2;
+    let lb = gpu.buffer("logits", (logits.len() * 4) as u64).unwrap();
+    gpu.write(&lb, 0, &logits);
+    let ids = gpu.buffer("ids", (runs * slot * 4) as u64).unwrap();
+    let mut all_ids = vec![0u32; (runs * slot) as usize];
+    for r in 0..runs as usize {
+        all_ids[r * slot as usize + 1..r * slot as usize + 4].copy_from_slice(&drafts);
+    }
+    gpu.write(&ids, 0, &all_ids);
+    let result = gpu.buffer("result", (runs * slot * 4) as u64).unwrap();
+    let mut step = Step::new(gpu);
+    for r in 0..runs {
+        let rows = Rows::new(&lb, 0, vocab as u32);
+        kernels::accept_sampled(&mut step, &rows, vocab as u32, k, &ids, r * slot, &result, r * slot, &cfg, r * 1000).unwrap();
+    }
+    step.submit().unwrap();
+    let res: Vec<u32> = bytemuck::pod_collect_to_vec(&block_on(read_buffer(gpu, &result, 0, (runs * slot * 4) as u64)).unwrap());
+    let chi2 = |counts: &[usize], p: &[f64], n: usize| -> (f64, f64) {
+        let (mut chi, mut dof) = (0.0, 0usize);
+        for i in 0..p.len() {
+            let e = p[i] * n as f64;
+            if e >= 5.0 {
+                chi += (counts[i] as f64 - e).powi(2) / e;
+                dof += 1;
+            }
+            assert!(p[i] > 0.0 || counts[i] == 0, "{name}: token {i} outside the filtered set");
+        }
+        let dof = dof.saturating_sub(1).max(1) as f64;
+        (chi, dof * (1.0 - 2.0 / (9.0 * dof) + 3.09 * (2.0 / (9.0 * dof)).sqrt()).powi(3))
+    };
+    let (mut first, mut second) = (vec![0usize; vocab], vec![0usize; vocab]);
+    let mut n_second = 0;
+    for r in 0..runs as usize {
+        let w = &res[r * slot as usize..(r + 1) * slot as usize];
+        let a = w[0] as usize;
+        assert!(a <= k as usize);
+        first[w[1] as usize] += 1;
+        if w[1] == d1 {
+            second[w[2] as usize] += 1;
+            n_second += 1;
+        }
+    }
+    let (c1, crit1) = chi2(&first, &p[0], runs as usize);
+    assert!(c1 < crit1, "{name}: first token chi2 {c1:.1} >= {crit1:.1}");
+    assert!(n_second > 300, "too few accepted first drafts for the second test: {n_second}");
+    let (c2, crit2) = chi2(&second, &p[1], n_second);
+    assert!(c2 < crit2, "{name}: second token chi2 {c2:.1} >= {crit2:.1}");
+}
+
+#[test]
+fn speculative_sampling_end_to_end_is_reproducible() {
+    let (_, gpu) = &test_gpus()[0];
+    let p = pair(&target_spec(), &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 4, ..TinyDrafterSpec::default() });
+    let (target, drafter) = load(gpu, &p);
+    let mut spec = SpeculativeSession::new(&target, &drafter, 64).unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 20,
+        ignore_eos: true,
+        sampling: domino_engine::SamplingConfig { temperature: 0.8, top_k: 40, top_p: 0.9, seed: 3 },
+        ..Default::default()
+    };
+    let so = SpeculativeOptions { use_head: true, timing: false };
+    let (a, _) = block_on(spec.generate(&[1, 2, 3], &opts, &so, &mut |_| true)).unwrap();
+    let (b, _) = block_on(spec.generate(&[1, 2, 3], &opts, &so, &mut |_| true)).unwrap();
+    assert_eq!(a.output_ids, b.output_ids);
+    assert_eq!(a.output_ids.len(), 20);
+}

