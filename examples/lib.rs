@@ -1,2 +1,5 @@
 //! Short programs that use the Domino crates the way a user would; see `examples/README.md`.
-//! This library is intentionally empty.
+//!
+//! The library has no code of its own. It carries the top-level README as its documentation so that
+//! `cargo test` compiles the README's library example as a doctest and keeps it true to the API.
+#![doc = include_str!("../README.md")]

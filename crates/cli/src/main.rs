@@ -76,6 +76,12 @@ struct RandomModelArgs {
     block_size: usize,
     #[arg(long, default_value_t = 1)]
     drafter_layers: usize,
+    /// Domino head sizes; default: scaled from Qwen3-8B's (emb 256, GRU 1024 at hidden 4096), so the
+    /// head keeps the paper's size relative to the target.
+    #[arg(long)]
+    emb_dim: Option<usize>,
+    #[arg(long)]
+    gru_hidden: Option<usize>,
 }
 
 fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
@@ -107,8 +113,8 @@ fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
                 block_size: a.block_size,
                 layers: a.drafter_layers,
                 target_layer_ids: ids,
-                emb_dim: 256,
-                gru_hidden: 1024.min(a.hidden),
+                emb_dim: a.emb_dim.unwrap_or((256 * a.hidden / 4096).max(8)),
+                gru_hidden: a.gru_hidden.unwrap_or((a.hidden / 4).max(8)),
                 dtype: HostDType::BF16,
                 ..TinyDrafterSpec::default()
             };
