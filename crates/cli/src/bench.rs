@@ -112,9 +112,10 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         for (name, use_head) in modes {
             let mut tps = Vec::new();
             let mut last = None;
-            for run in 0..=args.runs {
-                // Throughput runs without the timing syncs; one extra run measures the split.
-                let timing = run == args.runs;
+            // Run 0 warms up; runs 1..=R measure throughput without timing syncs; one more run
+            // measures the draft / verify / head split (its syncs would slow the throughput runs).
+            for run in 0..=args.runs + 1 {
+                let timing = run == args.runs + 1;
                 let so = domino_runtime::SpeculativeOptions { use_head, timing };
                 let (g, st) = pollster::block_on(spec.generate(&prompt, &opts, &so, &mut |_| true))?;
                 if run > 0 && !timing {

@@ -1,4 +1,4 @@
-//! Weights on the GPU. Matrices are stored transposed, `[in][out]` with out padded to a multiple of 4,
+//! Weights on the GPU. Matrices are stored transposed, `[in][out]` with out padded to a multiple of 16,
 //! so matmul invocations read neighbouring columns; a matrix too large for one storage binding is split
 //! into column chunks, each its own buffer. Source data comes from the host as f32 / f16 / bf16 bytes.
 

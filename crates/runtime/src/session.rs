@@ -167,3 +167,10 @@ impl<'m> Session<'m> {
         Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     }
 }
+
+impl Drop for Session<'_> {
+    /// Cached bind groups hold this session's buffers alive; forget them with the session.
+    fn drop(&mut self) {
+        self.model.gpu.clear_bind_groups();
+    }
+}

@@ -242,3 +242,10 @@ impl<'m> SpeculativeSession<'m> {
         Ok((Generation { prompt_ids: prompt.to_vec(), output_ids: output, stop_reason, stats }, spec_stats))
     }
 }
+
+impl Drop for SpeculativeSession<'_> {
+    /// Cached bind groups hold this session's buffers alive; forget them with the session.
+    fn drop(&mut self) {
+        self.target.gpu.clear_bind_groups();
+    }
+}
