@@ -370,24 +370,12 @@ fn speculative_greedy_is_lossless_with_random_drafters() {
     }
 }
 
-/// A target whose next token is always `t`: every layer's residual writes are zero, so the final
-/// state is the token's embedding, whose component 0 is made positive; the final norm keeps only that
-/// component and lm_head row t has the largest weight on it.
-fn constant_target(spec: &TinySpec, t: usize) -> Vec<(String, Vec<usize>, Vec<f32>)> {
-    let mut tensors = tiny_tensors(spec);
-    set(&mut tensors, is_residual_write, |v, _| v.fill(0.0));
-    set(&mut tensors, |n| n == "model.embed_tokens.weight", |v, s| v.chunks_mut(s[1]).for_each(|row| row[0] = 1.0 + row[0].abs()));
-    set(&mut tensors, |n| n == "model.norm.weight", |v, _| v.iter_mut().enumerate().for_each(|(i, x)| *x = if i == 0 { 1.0 } else { 0.0 }));
-    set(&mut tensors, |n| n == "lm_head.weight", |v, s| v[t * s[1]] = 10.0);
-    tensors
-}
-
 #[test]
 fn always_accepted_drafts_commit_whole_blocks() {
     let tspec = TinySpec { tied: false, ..target_spec() };
     let t = 77;
     let tcfg = target_config(&tspec);
-    let target = ReferenceModel::load(tcfg, &checkpoint(&constant_target(&tspec, t)), false).unwrap();
+    let target = ReferenceModel::load(tcfg, &checkpoint(&domino_models::testing::constant_target_tensors(&tspec, t)), false).unwrap();
     let prompt = [5u32, 6, 7];
     let want = target.greedy(&prompt, 60);
     assert!(want.iter().all(|&x| x == t as u32));

@@ -60,6 +60,26 @@ pub struct Generation {
     pub stats: GenerationStats,
 }
 
+/// A prompt must be non-empty, inside the vocabulary, and fit with `max_tokens` new tokens in both
+/// the model's context and the session's `capacity`.
+pub fn validate_prompt(model: &Qwen3Model, prompt: &[u32], max_tokens: usize, capacity: usize) -> Result<()> {
+    if prompt.is_empty() {
+        return Err(RuntimeError::EmptyPrompt);
+    }
+    let vocab = model.config.vocab_size;
+    if let Some((index, &id)) = prompt.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+        return Err(RuntimeError::TokenOutOfRange { id, index, vocab });
+    }
+    let max_pos = model.config.max_position_embeddings;
+    if prompt.len() + max_tokens > max_pos {
+        return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: max_pos, limit: "max_position_embeddings" });
+    }
+    if prompt.len() + max_tokens > capacity {
+        return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: capacity, limit: "session capacity" });
+    }
+    Ok(())
+}
+
 pub struct Session<'m> {
     model: &'m Qwen3Model,
     state: ForwardState,
@@ -90,21 +110,7 @@ impl<'m> Session<'m> {
 
     /// Check a prompt against the vocabulary and the context before touching the GPU.
     pub fn validate(&self, prompt: &[u32], max_tokens: usize) -> Result<()> {
-        if prompt.is_empty() {
-            return Err(RuntimeError::EmptyPrompt);
-        }
-        let vocab = self.model.config.vocab_size;
-        if let Some((index, &id)) = prompt.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
-            return Err(RuntimeError::TokenOutOfRange { id, index, vocab });
-        }
-        let max_pos = self.model.config.max_position_embeddings;
-        if prompt.len() + max_tokens > max_pos {
-            return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: max_pos, limit: "max_position_embeddings" });
-        }
-        if prompt.len() + max_tokens > self.capacity() {
-            return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: self.capacity(), limit: "session capacity" });
-        }
-        Ok(())
+        validate_prompt(self.model, prompt, max_tokens, self.capacity())
     }
 
     /// Generate from scratch (the KV cache is reset: a length reset, nothing is cleared).

@@ -7,7 +7,7 @@
 
 use crate::clock::now;
 use crate::error::{Result, RuntimeError};
-use crate::session::{GenerateOptions, Generation, GenerationStats, StopReason, MAX_LOGIT_ROWS, MAX_ROWS};
+use crate::session::{validate_prompt, GenerateOptions, Generation, GenerationStats, StopReason, MAX_LOGIT_ROWS, MAX_ROWS};
 use domino_engine::step::finish;
 use domino_engine::{kernels, GpuBuffer, Rows, SamplingConfig, Step};
 use domino_models::drafter_gpu::{DraftState, DrafterModel};
@@ -84,21 +84,7 @@ impl<'m> SpeculativeSession<'m> {
     }
 
     fn validate(&self, prompt: &[u32], max_tokens: usize) -> Result<()> {
-        if prompt.is_empty() {
-            return Err(RuntimeError::EmptyPrompt);
-        }
-        let vocab = self.target.config.vocab_size;
-        if let Some((index, &id)) = prompt.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
-            return Err(RuntimeError::TokenOutOfRange { id, index, vocab });
-        }
-        let max_pos = self.target.config.max_position_embeddings;
-        if prompt.len() + max_tokens > max_pos {
-            return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: max_pos, limit: "max_position_embeddings" });
-        }
-        if prompt.len() + max_tokens > self.capacity() {
-            return Err(RuntimeError::ContextOverflow { prompt: prompt.len(), max_tokens, context: self.capacity(), limit: "session capacity" });
-        }
-        Ok(())
+        validate_prompt(self.target, prompt, max_tokens, self.capacity())
     }
 
     fn capture<'a>(&'a self, layers: &'a [usize]) -> Capture<'a> {
