@@ -31,7 +31,8 @@ pub struct BenchArgs {
     /// A drafter: also measure its DFlash-style backbone alone and (Domino checkpoints) full Domino.
     #[arg(long)]
     pub draft: Option<String>,
-    #[arg(long)]
+    /// Override the drafter's block size.
+    #[arg(long, requires = "draft")]
     pub block_size: Option<usize>,
 }
 

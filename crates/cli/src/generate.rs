@@ -54,10 +54,10 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub draft: Option<String>,
     /// Override the drafter's block size.
-    #[arg(long)]
+    #[arg(long, requires = "draft")]
     pub block_size: Option<usize>,
     /// Run a Domino drafter as its DFlash-style backbone only (ablation).
-    #[arg(long)]
+    #[arg(long, requires = "draft")]
     pub no_head: bool,
 }
 

@@ -193,3 +193,38 @@ fn bad_input_gives_one_clear_error_line() {
     let e = run(d.path(), &["--prompt-ids", "1,2", "--max-tokens", "2000000"]);
     assert!(e.contains("KV cache") && e.contains("max_storage_buffer_binding_size"), "{e}");
 }
+
+#[test]
+fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
+    use domino_models::drafter::DrafterKind;
+    use domino_models::testing::{write_tiny_drafter, TinyDrafterSpec};
+    let spec = TinySpec { embed_scale: 4.0, ..TinySpec::default() };
+    let dir = tiny(&spec);
+    let drafts = tempfile::tempdir().unwrap();
+    let d = drafts.path().join("domino");
+    write_tiny_drafter(&d, &spec, &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 4, ..TinyDrafterSpec::default() }).unwrap();
+    let common = ["--prompt-ids", "5,6,7,8", "--max-tokens", "19", "--ignore-eos"];
+    let plain = json_generate(dir.path(), &common);
+    for extra in [vec![], vec!["--no-head"], vec!["--block-size", "3"]] {
+        let mut args = common.to_vec();
+        args.extend(["--draft", d.to_str().unwrap()]);
+        args.extend(extra.iter().copied());
+        let v = json_generate(dir.path(), &args);
+        assert_eq!(v["output_ids"], plain["output_ids"], "{extra:?}: speculative output differs from plain decoding");
+        let lengths: Vec<usize> = serde_json::from_value(v["stats"]["acceptance_lengths"].clone()).unwrap();
+        assert_eq!(v["stats"]["rounds"].as_u64().unwrap() as usize, lengths.len());
+        assert!(v["stats"]["mean_acceptance"].as_f64().unwrap() >= 1.0);
+        for key in ["draft_seconds", "verify_seconds", "head_share"] {
+            assert!(v["stats"][key].as_f64().unwrap().is_finite(), "{key}");
+        }
+    }
+    // A drafter for another target: one clear error line.
+    let other = TinySpec { hidden: 96, ..TinySpec::default() };
+    let bad = drafts.path().join("other");
+    write_tiny_drafter(&bad, &other, &TinyDrafterSpec::default()).unwrap();
+    let m = dir.path().to_str().unwrap();
+    let e = expect_error(&["generate", "--model", m, "--draft", bad.to_str().unwrap(), "--prompt-ids", "1,2"]);
+    assert!(e.contains("96") && e.contains("64"), "{e}");
+    let e = expect_error(&["generate", "--model", m, "--draft", d.to_str().unwrap(), "--block-size", "0", "--prompt-ids", "1,2"]);
+    assert!(e.contains("block_size"), "{e}");
+}
