@@ -59,6 +59,9 @@ struct RawConfig {
     #[serde(default)]
     use_sliding_window: bool,
     rope_scaling: Option<serde_json::Value>,
+    /// transformers >= 5 moves rope_theta here: {"rope_type": "default", "rope_theta": ...}.
+    rope_parameters: Option<serde_json::Value>,
+    layer_types: Option<Vec<String>>,
     #[serde(default)]
     mlp_bias: bool,
 }
@@ -144,6 +147,19 @@ impl Qwen3Config {
         if raw.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
             return Err(cfg_err("rope_scaling is not supported".into()));
         }
+        let mut rope_theta = raw.rope_theta;
+        if let Some(rp) = raw.rope_parameters.as_ref().filter(|v| !v.is_null()) {
+            let kind = rp.get("rope_type").and_then(|t| t.as_str()).unwrap_or("default");
+            if kind != "default" {
+                return Err(cfg_err(format!("rope_parameters.rope_type '{kind}' is not supported (only default)")));
+            }
+            if rope_theta.is_none() {
+                rope_theta = rp.get("rope_theta").and_then(|t| t.as_f64());
+            }
+        }
+        if let Some(kind) = raw.layer_types.iter().flatten().find(|t| t.as_str() != "full_attention") {
+            return Err(cfg_err(format!("layer_types entry '{kind}' is not supported (only full_attention)")));
+        }
         let num_kv_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
         let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / raw.num_attention_heads.max(1));
         let positive = [
@@ -180,7 +196,7 @@ impl Qwen3Config {
             intermediate_size: raw.intermediate_size,
             vocab_size: raw.vocab_size,
             rms_norm_eps: raw.rms_norm_eps as f32,
-            rope_theta: raw.rope_theta.unwrap_or(10_000.0),
+            rope_theta: rope_theta.unwrap_or(10_000.0),
             max_position_embeddings: raw.max_position_embeddings,
             tie_word_embeddings: raw.tie_word_embeddings,
             eos_token_ids,

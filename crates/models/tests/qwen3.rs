@@ -111,3 +111,27 @@ fn f16_storage_stays_close_to_full_precision() {
         assert!(err < 5e-3, "{name}: f16 storage moved position {pos} logits by {err:.2e} of the range");
     }
 }
+
+#[test]
+fn real_qwen3_config_formats_parse() {
+    use std::path::Path;
+    // Qwen/Qwen3-0.6B's config.json as published (transformers 4.51).
+    let v4 = r#"{"architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+      "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+      "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
+      "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+      "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+      "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+      "use_sliding_window": false, "vocab_size": 151936}"#;
+    let c = Qwen3Config::from_json(v4.as_bytes(), Path::new("config.json")).unwrap();
+    assert_eq!((c.hidden_size, c.q_width(), c.kv_width(), c.rope_theta, c.eos_token_ids.clone()), (1024, 2048, 1024, 1e6, vec![151645]));
+    assert!(c.tie_word_embeddings && c.qk_norm);
+    // transformers 5 moves rope_theta into rope_parameters and writes layer_types and dtype.
+    let v5 = v4.replace(r#""rope_theta": 1000000,"#, r#""rope_parameters": {"rope_type": "default", "rope_theta": 1000000}, "layer_types": ["full_attention"], "dtype": "bfloat16","#);
+    let c5 = Qwen3Config::from_json(v5.as_bytes(), Path::new("config.json")).unwrap();
+    assert_eq!(c5.rope_theta, 1e6);
+    let sliding = v5.replace(r#"["full_attention"]"#, r#"["sliding_attention"]"#);
+    assert!(Qwen3Config::from_json(sliding.as_bytes(), Path::new("config.json")).unwrap_err().to_string().contains("sliding_attention"));
+    let yarn = v5.replace(r#""rope_type": "default""#, r#""rope_type": "yarn""#);
+    assert!(Qwen3Config::from_json(yarn.as_bytes(), Path::new("config.json")).unwrap_err().to_string().contains("yarn"));
+}
