@@ -138,6 +138,13 @@ impl<'g> Step<'g> {
     /// Submit and read `len` bytes at `offset` of `src` once the work is done (the token ids).
     pub async fn submit_and_read(self, src: &GpuBuffer, offset: u64, len: u64) -> Result<Vec<u8>> {
         let gpu = self.gpu;
+        self.submit_with_read(src, offset, len)?.wait(gpu).await
+    }
+
+    /// Submit with a copy of `len` bytes of `src` into a staging buffer, without waiting: the caller
+    /// can record and submit the next step before `wait`ing for this one (decode pipelining).
+    pub fn submit_with_read(self, src: &GpuBuffer, offset: u64, len: u64) -> Result<PendingRead> {
+        let gpu = self.gpu;
         let len4 = len.div_ceil(4) * 4;
         let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
@@ -148,10 +155,41 @@ impl<'g> Step<'g> {
         let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         self.encode(&mut encoder)?;
         encoder.copy_buffer_to_buffer(&src.buffer, offset, &staging, 0, Some(len4));
-        gpu.queue.submit([encoder.finish()]);
-        let mut bytes = read_mapped(gpu, &staging).await?;
-        bytes.truncate(len as usize);
-        Ok(bytes)
+        let index = gpu.queue.submit([encoder.finish()]);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        Ok(PendingRead { staging, index, len: len as usize, rx })
+    }
+}
+
+/// A submitted step whose readback has not been waited for yet.
+pub struct PendingRead {
+    staging: wgpu::Buffer,
+    index: wgpu::SubmissionIndex,
+    len: usize,
+    rx: futures_channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+}
+
+impl PendingRead {
+    /// Wait for this submission only (later ones keep running) and return the bytes.
+    pub async fn wait(self, gpu: &Gpu) -> Result<Vec<u8>> {
+        // Natively the device must be polled to make progress; the browser drives itself.
+        #[cfg(not(target_arch = "wasm32"))]
+        gpu.device
+            .poll(wgpu::PollType::Wait { submission_index: Some(self.index.clone()), timeout: None })
+            .map_err(|e| EngineError::Readback(e.to_string()))?;
+        #[cfg(target_arch = "wasm32")]
+        let _ = (gpu, &self.index);
+        self.rx
+            .await
+            .map_err(|_| EngineError::Readback("map callback dropped".into()))?
+            .map_err(|e| EngineError::Readback(e.to_string()))?;
+        let mut data = self.staging.get_mapped_range(..).map_err(|e| EngineError::Readback(e.to_string()))?.to_vec();
+        self.staging.unmap();
+        data.truncate(self.len);
+        Ok(data)
     }
 }
 
@@ -163,22 +201,6 @@ pub async fn read_buffer(gpu: &Gpu, src: &GpuBuffer, offset: u64, len: u64) -> R
 pub async fn read_f32(gpu: &Gpu, src: &GpuBuffer, offset_elems: u64, n: usize) -> Result<Vec<f32>> {
     let b = read_buffer(gpu, src, offset_elems * 4, n as u64 * 4).await?;
     Ok(bytemuck::pod_collect_to_vec(&b))
-}
-
-async fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
-    let (tx, rx) = futures_channel::oneshot::channel();
-    staging.map_async(wgpu::MapMode::Read, .., move |r| {
-        let _ = tx.send(r);
-    });
-    // Natively the device must be polled to make progress; the browser drives itself.
-    #[cfg(not(target_arch = "wasm32"))]
-    gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| EngineError::Readback(e.to_string()))?;
-    rx.await
-        .map_err(|_| EngineError::Readback("map callback dropped".into()))?
-        .map_err(|e| EngineError::Readback(e.to_string()))?;
-    let data = staging.get_mapped_range(..).map_err(|e| EngineError::Readback(e.to_string()))?.to_vec();
-    staging.unmap();
-    Ok(data)
 }
 
 /// Wait until all submitted work has finished (timing splits between phases).

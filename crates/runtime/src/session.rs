@@ -7,6 +7,7 @@
 
 use crate::clock::now;
 use crate::error::{Result, RuntimeError};
+use domino_engine::step::PendingRead;
 use domino_engine::{SamplingConfig, Step};
 use domino_models::qwen3::Forward;
 use domino_models::{ForwardState, Qwen3Model};
@@ -130,12 +131,16 @@ impl<'m> Session<'m> {
 
         // Prefill: every prompt row, logits of the last one, the first token sampled into ids[n].
         let t0 = now();
-        let first = self.step(0, n as u32, &opts.sampling).await?;
+        let first = read_token(self.submit_step(0, n as u32, &opts.sampling)?.wait(gpu).await?);
         let t1 = now();
         stats.prefill_seconds = t1 - t0;
         stats.time_to_first_token_s = t1 - t0;
         let mut token = first;
-        let mut pos = n;
+        let mut pos = n as u32;
+        // Pipelining: the step after the one being waited for is already queued, so the GPU never
+        // idles while the CPU reads a token back and streams it. The sampler writes each token into
+        // the id buffer on the GPU, so a queued step needs nothing from the CPU.
+        let mut queued: Option<PendingRead> = None;
         loop {
             output.push(token);
             let keep_going = on_token(token);
@@ -150,9 +155,18 @@ impl<'m> Session<'m> {
             if output.len() >= opts.max_tokens {
                 break;
             }
-            token = self.step(pos as u32, 1, &opts.sampling).await?;
+            let next = match queued.take() {
+                Some(p) => p,
+                None => self.submit_step(pos, 1, &opts.sampling)?,
+            };
+            if output.len() + 1 < opts.max_tokens {
+                queued = Some(self.submit_step(pos + 1, 1, &opts.sampling)?);
+            }
+            token = read_token(next.wait(gpu).await?);
             pos += 1;
         }
+        // A step queued past a stop is simply dropped; its writes lie beyond the committed tokens.
+        drop(queued);
         stats.decode_seconds = now() - t1;
         stats.generated_tokens = output.len();
         stats.prefill_tokens_per_s = n as f64 / stats.prefill_seconds.max(1e-9);
@@ -162,15 +176,14 @@ impl<'m> Session<'m> {
     }
 
     /// One submission: forward rows [pos0, pos0 + rows), sample the token after them into
-    /// ids[pos0 + rows] and read back that id.
-    async fn step(&mut self, pos0: u32, rows: u32, sampling: &SamplingConfig) -> Result<u32> {
+    /// ids[pos0 + rows], and copy that id (4 bytes) out for reading.
+    fn submit_step(&self, pos0: u32, rows: u32, sampling: &SamplingConfig) -> Result<PendingRead> {
         let model = self.model;
         let mut step = Step::new(&model.gpu);
         model.record_forward(&mut step, &self.state, &Forward { pos0, n_rows: rows, logits_from: rows - 1, capture: None })?;
         let next = pos0 + rows;
         model.record_sample(&mut step, &self.state, 1, sampling, next, &self.state.ids, next)?;
-        let bytes = step.submit_and_read(&self.state.ids, next as u64 * 4, 4).await?;
-        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+        Ok(step.submit_with_read(&self.state.ids, next as u64 * 4, 4)?)
     }
 }
 
@@ -179,4 +192,8 @@ impl Drop for Session<'_> {
     fn drop(&mut self) {
         self.model.gpu.clear_bind_groups();
     }
+}
+
+fn read_token(bytes: Vec<u8>) -> u32 {
+    u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
 }
