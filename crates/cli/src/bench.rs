@@ -1,33 +1,50 @@
-//! `domino bench`: prefill and decode speed, and the decode step's effective weight bandwidth next to
-//! the adapter's copy bandwidth measured in the same run (their ratio is the roofline fraction).
+//! `domino bench`: on one or every adapter, prefill and decode speed of plain decoding (and with a
+//! drafter, of the speculative modes), the decode step's effective weight bandwidth next to the
+//! adapter's copy bandwidth measured in the same run, and a `domino-bench/1` report.
 
-use crate::load::{load_model, open_gpu, parse_dtype};
+use crate::load::{load_model, parse_dtype};
+use crate::report::{self, AdapterFacts, AdapterReport, BenchReport, ModeReport, Workload};
 use crate::{model_dir, CliError};
 use clap::Args;
+use domino_engine::{list_adapters, BackendChoice, Gpu, GpuOptions, WeightFormat};
+use domino_models::drafter_gpu::DrafterModel;
+use domino_models::tokenizer::TextTokenizer;
+use domino_models::{Qwen3Config, Qwen3Model};
 use domino_runtime::{clock::now, GenerateOptions, Session};
-use serde::Serialize;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     #[arg(long)]
     pub model: Option<String>,
-    /// Prompt length in tokens (synthetic ids).
-    #[arg(long, default_value_t = 128)]
-    pub prompt_len: usize,
+    /// Use one synthetic prompt of this many token ids instead of text prompts (the default when the
+    /// model has no tokenizer: 128).
+    #[arg(long, conflicts_with = "prompts")]
+    pub prompt_len: Option<usize>,
+    /// A jsonl file of prompts, one {"prompt": "..."} per line.
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
     /// Tokens generated per run.
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
+    /// Timed runs per prompt (after one warm-up run).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     #[arg(long, default_value = "f16")]
     pub dtype: String,
+    /// all (every adapter, one after another), auto, vulkan, metal, dx12 or gl.
     #[arg(long, default_value = "auto")]
     pub backend: String,
     #[arg(long)]
     pub adapter: Option<usize>,
-    /// Write the report as JSON to this file.
+    /// Write the report (schema domino-bench/1) as JSON to this file.
     #[arg(long)]
-    pub json: Option<std::path::PathBuf>,
+    pub json: Option<PathBuf>,
+    /// Write the report as a self-contained HTML page with SVG charts.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
     /// A drafter: also measure its DFlash-style backbone alone and (Domino checkpoints) full Domino.
     #[arg(long)]
     pub draft: Option<String>,
@@ -36,42 +53,16 @@ pub struct BenchArgs {
     pub block_size: Option<usize>,
 }
 
-/// One speculative mode measured in the same run as plain decoding.
-#[derive(Debug, Serialize)]
-pub struct ModeReport {
-    pub mode: String,
-    pub decode_tokens_per_s: f64,
-    pub speedup_over_plain: f64,
-    pub mean_acceptance: f64,
-    pub draft_seconds: f64,
-    pub verify_seconds: f64,
-    pub head_share: f64,
-}
+/// The built-in prompt set (tokenized with the model's tokenizer).
+pub const DEFAULT_PROMPTS: [&str; 4] = [
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Explain in two sentences why the sky is blue.",
+    "Write a haiku about a GPU running out of memory.",
+    "The capital of France is",
+];
 
-#[derive(Debug, Serialize)]
-pub struct BenchReport {
-    pub adapter: domino_engine::AdapterSummary,
-    pub model: String,
-    pub dtype: String,
-    pub prompt_tokens: usize,
-    pub generated_tokens: usize,
-    pub runs: usize,
-    pub prefill_tokens_per_s: f64,
-    pub decode_tokens_per_s: f64,
-    pub decode_tokens_per_s_all: Vec<f64>,
-    pub decode_weight_bytes_per_token: u64,
-    pub decode_weight_bandwidth_gb_s: f64,
-    /// (bytes read + bytes written) / s of the copy kernel: the STREAM convention.
-    pub copy_bandwidth_gb_s: f64,
-    /// decode weight bandwidth / copy bandwidth (STREAM convention).
-    pub roofline_ratio: f64,
-    /// decode weight bandwidth / the copy kernel's read rate (half its read + write rate): a
-    /// decode step only reads weights, so this compares like with like.
-    pub read_roofline_ratio: f64,
-    pub speculative: Vec<ModeReport>,
-}
-
-fn median(v: &mut [f64]) -> f64 {
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     if v.is_empty() {
         0.0
@@ -80,112 +71,322 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-pub fn run(args: BenchArgs) -> Result<(), CliError> {
-    let format = parse_dtype(&args.dtype)?;
-    let dir = model_dir::resolve(args.model.as_deref())?;
-    let gpu = open_gpu(&args.backend, args.adapter)?;
-    let loaded = load_model(gpu.clone(), &dir, format, false)?;
-    let model = &loaded.model;
-    let vocab = model.config.vocab_size as u32;
-    let prompt: Vec<u32> = (0..args.prompt_len as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-    let mut session = Session::new(model, (args.prompt_len + args.max_tokens).min(model.config.max_position_embeddings))?;
-    let opts = GenerateOptions { max_tokens: args.max_tokens, ignore_eos: true, ..Default::default() };
-    let bar = indicatif::ProgressBar::new((args.runs + 1) as u64);
-    let mut prefill = Vec::new();
-    let mut decode = Vec::new();
-    for run in 0..=args.runs {
-        let g = pollster::block_on(session.generate(&prompt, &opts, &mut |_| true))?;
-        bar.inc(1);
-        if run > 0 {
-            // Run 0 warms up pipelines and caches.
-            prefill.push(g.stats.prefill_tokens_per_s);
-            decode.push(g.stats.decode_tokens_per_s);
+fn min_max(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    (v.iter().cloned().fold(f64::INFINITY, f64::min), v.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
+}
+
+/// Read a jsonl prompt file: one `{"prompt": "..."}` object per non-blank line.
+pub fn read_prompt_file(path: &Path) -> Result<Vec<String>, CliError> {
+    let p = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => CliError::Usage(format!("--prompts {p}: file not found")),
+        _ => CliError::Usage(format!("--prompts {p}: {e}")),
+    })?;
+    let mut prompts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| CliError::Usage(format!("--prompts {p}: line {}: malformed JSON: {e}", i + 1)))?;
+        match v.get("prompt").and_then(|s| s.as_str()) {
+            Some(s) if !s.is_empty() => prompts.push(s.to_string()),
+            Some(_) => return Err(CliError::Usage(format!("--prompts {p}: line {}: empty \"prompt\"", i + 1))),
+            None => return Err(CliError::Usage(format!("--prompts {p}: line {}: expected an object with a string \"prompt\" field", i + 1))),
         }
     }
-    bar.finish_and_clear();
+    if prompts.is_empty() {
+        return Err(CliError::Usage(format!("--prompts {p}: no prompts")));
+    }
+    Ok(prompts)
+}
+
+/// (source, token ids of every prompt).
+fn prompt_set(args: &BenchArgs, dir: &Path, config: &Qwen3Config) -> Result<(String, Vec<Vec<u32>>), CliError> {
+    let tokenizer = if dir.join("tokenizer.json").exists() { Some(TextTokenizer::from_dir(dir)?) } else { None };
+    let (source, texts) = match &args.prompts {
+        Some(path) => {
+            let texts = read_prompt_file(path)?;
+            if tokenizer.is_none() {
+                return Err(CliError::Usage(format!("--prompts {}: the model has no tokenizer.json", path.display())));
+            }
+            (path.display().to_string(), texts)
+        }
+        None if tokenizer.is_some() && args.prompt_len.is_none() => ("builtin".to_string(), DEFAULT_PROMPTS.iter().map(|s| s.to_string()).collect()),
+        None => {
+            let vocab = config.vocab_size as u32;
+            let ids = (0..args.prompt_len.unwrap_or(128) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+            return Ok(("synthetic".to_string(), vec![ids]));
+        }
+    };
+    let tok = tokenizer.as_ref().ok_or_else(|| CliError::Usage("no tokenizer".into()))?;
+    let mut prompts = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        let ids = tok.encode(t)?;
+        if ids.is_empty() {
+            return Err(CliError::Usage(format!("{source}: prompt {} tokenizes to no tokens", i + 1)));
+        }
+        prompts.push(ids);
+    }
+    Ok((source, prompts))
+}
+
+fn matrices_bytes(layers: &[domino_models::qwen3::LayerWeights]) -> u64 {
+    layers.iter().map(|l| l.q.bytes() + l.k.bytes() + l.v.bytes() + l.o.bytes() + l.gate.bytes() + l.up.bytes() + l.down.bytes()).sum()
+}
+
+/// Target weights (every matrix, the embedding once) + its KV cache: 2 · layers · capacity · kv_width · 4.
+fn target_memory(model: &Qwen3Model, capacity: usize) -> u64 {
+    let c = &model.config;
+    let embed = if c.tie_word_embeddings { 0 } else { model.embed.bytes() };
+    model.decode_weight_bytes() + embed + 2 * (c.num_layers * capacity * c.kv_width() * 4) as u64
+}
+
+fn drafter_memory(d: &DrafterModel) -> u64 {
+    let head = d.head.as_ref().map(|h| h.w_ih.bytes() + h.w_hh.bytes() + h.w1_y.bytes() + h.w1_s.bytes() + h.w2.bytes()).unwrap_or(0);
+    d.fc.bytes() + matrices_bytes(&d.layers) + head
+}
+
+struct Measured {
+    prefill: Vec<f64>,
+    decode: Vec<f64>,
+    ttft: Vec<f64>,
+    acceptance: Vec<usize>,
+    draft: f64,
+    verify: f64,
+    head: f64,
+    memory: u64,
+}
+
+fn mode_report(name: &str, m: &Measured, plain_tps: Option<f64>, weight_bytes: u64, copy: f64) -> ModeReport {
+    let tps = median(&m.decode);
+    let (lo, hi) = min_max(&m.decode);
+    let weight_bw = weight_bytes as f64 * tps;
+    let mean_acceptance =
+        if m.acceptance.is_empty() { 1.0 } else { m.acceptance.iter().sum::<usize>() as f64 / m.acceptance.len() as f64 };
+    let round = m.draft + m.verify;
+    ModeReport {
+        mode: name.to_string(),
+        prefill_tokens_per_s: median(&m.prefill),
+        decode_tokens_per_s: tps,
+        decode_tokens_per_s_min: lo,
+        decode_tokens_per_s_max: hi,
+        decode_tokens_per_s_all: m.decode.clone(),
+        time_to_first_token_s: median(&m.ttft),
+        speedup_over_plain: plain_tps.map(|p| tps / p.max(1e-12)).unwrap_or(1.0),
+        mean_acceptance,
+        draft_seconds: m.draft,
+        verify_seconds: m.verify,
+        head_seconds: m.head,
+        head_share: if round > 0.0 { m.head / round } else { 0.0 },
+        decode_weight_bandwidth_gb_s: weight_bw / 1e9,
+        roofline_ratio: weight_bw / copy.max(1e-12),
+        read_roofline_ratio: weight_bw / (copy / 2.0).max(1e-12),
+        peak_gpu_memory_bytes: m.memory,
+        peak_gpu_memory_estimated: true,
+    }
+}
+
+fn bench_adapter(
+    gpu: Arc<Gpu>,
+    dir: &Path,
+    format: WeightFormat,
+    prompts: &[Vec<u32>],
+    args: &BenchArgs,
+    bar: &ProgressBar,
+) -> Result<AdapterReport, CliError> {
+    let label = format!("{} ({})", gpu.info.name, gpu.info.backend);
+    bar.set_message(format!("{label}: loading"));
+    let loaded = load_model(gpu.clone(), dir, format, true)?;
+    let model = &loaded.model;
+    let max_prompt = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let capacity = (max_prompt + args.max_tokens).min(model.config.max_position_embeddings);
+    let opts = GenerateOptions { max_tokens: args.max_tokens, ignore_eos: true, ..Default::default() };
+
+    // Plain decoding: one warm-up run (pipelines, caches), then --runs runs per prompt.
+    bar.set_message(format!("{label}: plain"));
+    let mut session = Session::new(model, capacity)?;
+    let mut plain = Measured { prefill: vec![], decode: vec![], ttft: vec![], acceptance: vec![], draft: 0.0, verify: 0.0, head: 0.0, memory: target_memory(model, capacity) };
+    pollster::block_on(session.generate(&prompts[0], &opts, &mut |_| true))?;
+    bar.inc(1);
+    for p in prompts {
+        for _ in 1..=args.runs {
+            let g = pollster::block_on(session.generate(p, &opts, &mut |_| true))?;
+            plain.prefill.push(g.stats.prefill_tokens_per_s);
+            plain.decode.push(g.stats.decode_tokens_per_s);
+            plain.ttft.push(g.stats.time_to_first_token_s);
+            bar.inc(1);
+        }
+    }
     drop(session);
-    let mut speculative = Vec::new();
+    let mut measured = vec![("plain".to_string(), plain)];
+
     if let Some(draft) = &args.draft {
+        bar.set_message(format!("{label}: loading drafter"));
         let drafter = crate::load::load_drafter(model, draft, args.block_size, format)?;
-        let plain_tps = median(&mut decode.clone());
         let mut modes = vec![("backbone (--no-head)", false)];
         if drafter.head.is_some() {
             modes.push(("domino", true));
         } else {
             modes[0].0 = "dflash";
         }
-        let mut spec = domino_runtime::SpeculativeSession::new(model, &drafter, args.prompt_len + args.max_tokens)?;
+        let spec_capacity = max_prompt + args.max_tokens;
+        let memory = target_memory(model, spec_capacity) + drafter_memory(&drafter);
+        let mut spec = domino_runtime::SpeculativeSession::new(model, &drafter, spec_capacity)?;
         for (name, use_head) in modes {
-            let mut tps = Vec::new();
-            let mut last = None;
-            // Run 0 warms up; runs 1..=R measure throughput without timing syncs; one more run
-            // measures the draft / verify / head split (its syncs would slow the throughput runs).
-            for run in 0..=args.runs + 1 {
-                let timing = run == args.runs + 1;
-                let so = domino_runtime::SpeculativeOptions { use_head, timing };
-                let (g, st) = pollster::block_on(spec.generate(&prompt, &opts, &so, &mut |_| true))?;
-                if run > 0 && !timing {
-                    tps.push(g.stats.decode_tokens_per_s);
-                }
-                if timing {
-                    last = Some(st);
+            bar.set_message(format!("{label}: {name}"));
+            let mut m = Measured { prefill: vec![], decode: vec![], ttft: vec![], acceptance: vec![], draft: 0.0, verify: 0.0, head: 0.0, memory };
+            // Run 0 warms up; runs 1..=R per prompt measure throughput without timing syncs; one more
+            // run per prompt measures the draft / verify / head split (its syncs would slow the
+            // throughput runs).
+            let so = domino_runtime::SpeculativeOptions { use_head, timing: false };
+            pollster::block_on(spec.generate(&prompts[0], &opts, &so, &mut |_| true))?;
+            bar.inc(1);
+            for p in prompts {
+                for run in 1..=args.runs + 1 {
+                    let timing = run == args.runs + 1;
+                    let so = domino_runtime::SpeculativeOptions { use_head, timing };
+                    let (g, st) = pollster::block_on(spec.generate(p, &opts, &so, &mut |_| true))?;
+                    m.acceptance.extend(&st.acceptance_lengths);
+                    if timing {
+                        m.draft += st.draft_seconds;
+                        m.verify += st.verify_seconds;
+                        m.head += st.head_seconds;
+                    } else {
+                        m.prefill.push(g.stats.prefill_tokens_per_s);
+                        m.decode.push(g.stats.decode_tokens_per_s);
+                        m.ttft.push(g.stats.time_to_first_token_s);
+                    }
+                    bar.inc(1);
                 }
             }
-            if tps.is_empty() {
-                tps.push(0.0);
-            }
-            let st = last.unwrap_or_default();
-            let t = median(&mut tps);
-            speculative.push(ModeReport {
-                mode: name.to_string(),
-                decode_tokens_per_s: t,
-                speedup_over_plain: t / plain_tps.max(1e-9),
-                mean_acceptance: st.mean_acceptance,
-                draft_seconds: st.draft_seconds,
-                verify_seconds: st.verify_seconds,
-                head_share: st.head_share,
-            });
+            measured.push((name.to_string(), m));
         }
     }
+
+    bar.set_message(format!("{label}: copy bandwidth"));
     let copy_bytes = (256u64 << 20).min(gpu.caps.max_storage_binding);
     let copy = pollster::block_on(domino_engine::bandwidth::copy_bandwidth(&gpu, copy_bytes, 5, &now))?;
-    let all = decode.clone();
-    let decode_tps = median(&mut decode);
-    let bytes = model.decode_weight_bytes();
-    let weight_bw = bytes as f64 * decode_tps;
-    let report = BenchReport {
-        adapter: gpu.info.clone(),
-        model: dir.display().to_string(),
-        dtype: args.dtype.clone(),
-        prompt_tokens: args.prompt_len,
-        generated_tokens: args.max_tokens,
-        runs: args.runs,
-        prefill_tokens_per_s: median(&mut prefill),
-        decode_tokens_per_s: decode_tps,
-        decode_tokens_per_s_all: all,
-        decode_weight_bytes_per_token: bytes,
-        decode_weight_bandwidth_gb_s: weight_bw / 1e9,
-        copy_bandwidth_gb_s: copy / 1e9,
-        roofline_ratio: weight_bw / copy,
-        read_roofline_ratio: weight_bw / (copy / 2.0),
-        speculative,
-    };
-    println!("adapter        {} ({})", report.adapter.name, report.adapter.backend);
-    println!("model          {} ({}, {:.1} MB of weights read per token)", report.model, report.dtype, bytes as f64 / 1e6);
-    println!("prefill        {:.1} tok/s ({} tokens)", report.prefill_tokens_per_s, args.prompt_len);
-    println!("decode         {:.2} tok/s (median of {} runs, {} tokens each)", report.decode_tokens_per_s, args.runs, args.max_tokens);
-    println!("weight bw      {:.2} GB/s", report.decode_weight_bandwidth_gb_s);
-    println!("copy bw        {:.2} GB/s (WGSL copy kernel, read + write)", report.copy_bandwidth_gb_s);
-    println!("roofline ratio {:.2} of copy bandwidth ({:.2} of the copy kernel's read rate)", report.roofline_ratio, report.read_roofline_ratio);
-    for m in &report.speculative {
+    bar.inc(1);
+    let weight_bytes = model.decode_weight_bytes();
+    let plain_tps = median(&measured[0].1.decode);
+    let modes = measured
+        .iter()
+        .enumerate()
+        .map(|(i, (name, m))| mode_report(name, m, if i == 0 { None } else { Some(plain_tps) }, weight_bytes, copy))
+        .collect();
+    Ok(AdapterReport { adapter: AdapterFacts::from(&gpu.info), copy_bandwidth_gb_s: copy / 1e9, decode_weight_bytes_per_token: weight_bytes, modes })
+}
+
+fn print_adapter(a: &AdapterReport, w: &Workload) {
+    println!("adapter        {} ({}, {} {})", a.adapter.name, a.adapter.backend, a.adapter.vendor_name, a.adapter.device_type);
+    println!("model          {} ({}, {:.1} MB of weights read per token)", w.model, w.dtype, a.decode_weight_bytes_per_token as f64 / 1e6);
+    println!("copy bw        {:.2} GB/s (WGSL copy kernel, read + write)", a.copy_bandwidth_gb_s);
+    for m in &a.modes {
         println!(
-            "{:<14} {:.2} tok/s, {:.2}x plain, mean acceptance {:.2}, draft {:.3}s / verify {:.3}s, head {:.1}% of round time",
-            m.mode, m.decode_tokens_per_s, m.speedup_over_plain, m.mean_acceptance, m.draft_seconds, m.verify_seconds, 100.0 * m.head_share
+            "{:<20} prefill {:.1} tok/s, decode {:.2} tok/s ({:.2}-{:.2}), TTFT {:.1} ms, {:.2}x plain, mean acceptance {:.2}",
+            m.mode,
+            m.prefill_tokens_per_s,
+            m.decode_tokens_per_s,
+            m.decode_tokens_per_s_min,
+            m.decode_tokens_per_s_max,
+            m.time_to_first_token_s * 1e3,
+            m.speedup_over_plain,
+            m.mean_acceptance
+        );
+        println!(
+            "{:<20} weight bw {:.2} GB/s, roofline ratio {:.3} ({:.3} of the copy kernel's read rate), draft {:.3}s / verify {:.3}s, head {:.1}%, est. GPU memory {:.1} MiB",
+            "",
+            m.decode_weight_bandwidth_gb_s,
+            m.roofline_ratio,
+            m.read_roofline_ratio,
+            m.draft_seconds,
+            m.verify_seconds,
+            100.0 * m.head_share,
+            m.peak_gpu_memory_bytes as f64 / (1u64 << 20) as f64
         );
     }
+}
+
+fn write(path: &Path, text: &str) -> Result<(), CliError> {
+    std::fs::write(path, text).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))
+}
+
+pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    let format = parse_dtype(&args.dtype)?;
+    let choice = BackendChoice::parse(&args.backend)?;
+    let dir = model_dir::resolve(args.model.as_deref())?;
+    let config = Qwen3Config::from_file(&dir.join("config.json"))?;
+    let (prompt_source, prompts) = prompt_set(&args, &dir, &config)?;
+
+    let mut adapters = pollster::block_on(list_adapters(choice));
+    if adapters.is_empty() {
+        return Err(domino_engine::EngineError::NoAdapter { backend: args.backend.clone() }.into());
+    }
+    let selected = match args.adapter {
+        Some(i) if i >= adapters.len() => {
+            return Err(domino_engine::EngineError::AdapterIndex { index: i, count: adapters.len(), backend: args.backend.clone() }.into())
+        }
+        Some(i) => vec![adapters.swap_remove(i)],
+        None if choice == BackendChoice::All => adapters,
+        None => vec![adapters.swap_remove(0)],
+    };
+
+    let modes = 1 + if args.draft.is_some() { 2 } else { 0 };
+    let steps_per_mode = 1 + prompts.len() * (args.runs + 1);
+    let bar = ProgressBar::new((selected.len() * (modes * steps_per_mode + 1)) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let workload = Workload {
+        model: args.model.clone().unwrap_or_else(|| dir.display().to_string()),
+        drafter: args.draft.clone(),
+        dtype: args.dtype.clone(),
+        prompt_source,
+        prompt_tokens: prompts.iter().map(Vec::len).collect(),
+        max_tokens: args.max_tokens,
+        runs: args.runs,
+    };
+    let mut reports = Vec::new();
+    for (adapter, summary) in selected {
+        let gpu = pollster::block_on(Gpu::from_adapter(adapter, summary, &GpuOptions::default()))?;
+        reports.push(bench_adapter(gpu, &dir, format, &prompts, &args, &bar)?);
+    }
+    bar.finish_and_clear();
+
+    let report = BenchReport {
+        schema: report::SCHEMA.to_string(),
+        runner: "native".to_string(),
+        domino_version: env!("CARGO_PKG_VERSION").to_string(),
+        created_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        machine: report::machine_facts(),
+        workload,
+        adapters: reports,
+    };
+    println!(
+        "machine        {} {} ({}), cpu {}",
+        report.machine.hostname.as_deref().unwrap_or("unknown host"),
+        report.machine.os,
+        report.machine.arch,
+        report.machine.cpu.as_deref().unwrap_or("unknown")
+    );
+    println!(
+        "prompts        {} ({} prompt(s), {:?} tokens), {} tokens per run, {} run(s)",
+        report.workload.prompt_source, prompts.len(), report.workload.prompt_tokens, args.max_tokens, args.runs
+    );
+    for a in &report.adapters {
+        print_adapter(a, &report.workload);
+    }
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-        std::fs::write(path, text).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+        write(path, &serde_json::to_string_pretty(&report).unwrap_or_default())?;
+    }
+    if let Some(path) = &args.html {
+        write(path, &report::html(std::slice::from_ref(&report)))?;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ mod devices;
 mod generate;
 mod load;
 mod model_dir;
+mod report;
 
 use clap::{Args, Parser, Subcommand};
 use domino_engine::HostDType;
@@ -39,8 +40,37 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Measure prefill / decode speed and the decode step's weight bandwidth vs copy bandwidth.
     Bench(bench::BenchArgs),
+    /// Merge `domino bench --json` reports into a Markdown table and a self-contained HTML page.
+    Report(ReportArgs),
     /// Write a random Qwen3-architecture model (for tests and benchmarks).
     RandomModel(RandomModelArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// Reports written by `domino bench --json` (schema domino-bench/1).
+    #[arg(required = true)]
+    reports: Vec<std::path::PathBuf>,
+    /// Also write the Markdown table to this file.
+    #[arg(long)]
+    markdown: Option<std::path::PathBuf>,
+    /// Write a self-contained HTML page (inline CSS and SVG charts, no scripts) to this file.
+    #[arg(long)]
+    html: Option<std::path::PathBuf>,
+}
+
+fn report_cmd(a: ReportArgs) -> Result<(), CliError> {
+    let reports = a.reports.iter().map(|p| report::load(p)).collect::<Result<Vec<_>, _>>().map_err(CliError::Usage)?;
+    let table = report::markdown(&report::merge(&reports));
+    print!("{table}");
+    let write = |path: &std::path::Path, text: &str| std::fs::write(path, text).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())));
+    if let Some(p) = &a.markdown {
+        write(p, &table)?;
+    }
+    if let Some(p) = &a.html {
+        write(p, &report::html(&reports))?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -132,6 +162,7 @@ fn main() -> ExitCode {
         Command::Devices(a) => devices::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Report(a) => report_cmd(a),
         Command::RandomModel(a) => random_model(a),
     };
     match result {
