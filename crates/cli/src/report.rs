@@ -295,7 +295,10 @@ const COLORS: [&str; 4] = ["#4c78a8", "#f58518", "#54a24b", "#b279a2"];
 
 /// One horizontal bar chart: a bar per row, labels on the left, values at the bar ends.
 fn svg_chart(id: &str, title: &str, axis: &str, rows: &[Row], modes: &[String]) -> String {
-    let (label_w, bar_w, row_h, top) = (380.0, 360.0, 22.0, 34.0);
+    // Labels are right-aligned against the bars: size their column from the longest one (about 6.6 px
+    // per character at 12 px) so none is clipped at the left edge.
+    let longest = rows.iter().map(|r| format!("{} · {} · {}", r.machine, r.adapter, r.mode).chars().count()).max().unwrap_or(0);
+    let (label_w, bar_w, row_h, top) = ((longest as f64 * 6.6 + 12.0).max(120.0), 360.0, 22.0, 34.0);
     let width = label_w + bar_w + 90.0;
     let height = top + row_h * rows.len() as f64 + 44.0;
     let values: Vec<f64> = rows.iter().map(|r| metric_value(id, &r.m)).map(|v| if v.is_finite() { v.max(0.0) } else { 0.0 }).collect();
