@@ -7,7 +7,7 @@
 use crate::checkpoint::{expect_tensor, WeightSource};
 use crate::drafter::{detect_head_prefix, DrafterConfig, DrafterKind};
 use crate::error::Result;
-use crate::qwen3::{LayerWeights, Qwen3Model};
+use crate::qwen3::{LayerDims, LayerIo, LayerWeights, Qwen3Model};
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
 use domino_engine::{Epilogue, Gpu, GpuBuffer, HostTensor, Matrix, Rows, Step, WeightFormat};
 use std::sync::Arc;
@@ -199,8 +199,7 @@ impl DrafterModel {
     pub fn record_backbone(&self, step: &mut Step, st: &DraftState, target: &Qwen3Model, ids: &Arc<GpuBuffer>, start: u32) -> Result<()> {
         let c = &self.config;
         let b = c.block_size as u32;
-        let (h, qw, kvw, inter) = (c.hidden_size as u32, c.q_width() as u32, c.kv_width() as u32, c.intermediate_size as u32);
-        let (hd, hq, hkv) = (c.head_dim as u32, c.num_heads as u32, c.num_kv_heads as u32);
+        let h = c.hidden_size as u32;
         let eps = c.rms_norm_eps;
         let x = Rows::new(&st.x, 0, h);
         let a = Rows::new(&st.a, 0, h);
@@ -209,21 +208,24 @@ impl DrafterModel {
         if b > 1 {
             kernels::embedding(step, &target.embed, &st.mask_ids, 0, &x.skip(1), b - 1)?;
         }
+        let dims = LayerDims { hidden: h, intermediate: c.intermediate_size as u32, attention: self.attention_shape(), eps };
         for (li, l) in self.layers.iter().enumerate() {
-            let (kc, vc) = (&st.k_cache[li], &st.v_cache[li]);
-            kernels::rmsnorm(step, &l.input_norm, h, eps, &x, &a, b)?;
-            kernels::matmul(step, &l.q, &a, &Rows::new(&st.q_raw, 0, qw), b, Epilogue::Store)?;
-            kernels::matmul(step, &l.k, &a, &Rows::new(&st.k_raw, 0, kvw), b, Epilogue::Store)?;
-            // The block's K/V sit right after the context, used by this forward only (overwritten later).
-            kernels::matmul(step, &l.v, &a, &Rows::new(vc, start * kvw, kvw), b, Epilogue::Store)?;
-            kernels::norm_rope(step, &Rows::new(&st.q_raw, 0, qw), &Rows::new(&st.q, 0, qw), l.q_norm.as_ref(), &st.rope, b, hq, hd, start, eps)?;
-            kernels::norm_rope(step, &Rows::new(&st.k_raw, 0, kvw), &Rows::new(kc, start * kvw, kvw), l.k_norm.as_ref(), &st.rope, b, hkv, hd, start, eps)?;
-            let shape = self.attention_shape();
-            kernels::attention(step, shape, &Rows::new(&st.q, 0, qw), kc, vc, &Rows::new(&st.att, 0, qw), &st.scratch, b, start + b, false)?;
-            kernels::matmul(step, &l.o, &Rows::new(&st.att, 0, qw), &x, b, Epilogue::Accumulate)?;
-            kernels::rmsnorm(step, &l.post_norm, h, eps, &x, &a, b)?;
-            kernels::matmul_glu(step, &l.gate, &l.up, &a, &Rows::new(&st.mlp, 0, inter), b)?;
-            kernels::matmul(step, &l.down, &Rows::new(&st.mlp, 0, inter), &x, b, Epilogue::Accumulate)?;
+            let io = LayerIo {
+                x: &st.x,
+                a: &st.a,
+                q_raw: &st.q_raw,
+                q: &st.q,
+                k_raw: &st.k_raw,
+                att: &st.att,
+                mlp: &st.mlp,
+                k_cache: &st.k_cache[li],
+                v_cache: &st.v_cache[li],
+                rope: &st.rope,
+                scratch: &st.scratch,
+            };
+            // The block's K/V sit right after the context and serve this forward only; every block
+            // query sees the whole context and the whole block (unmasked).
+            l.record(step, &io, &dims, b, start, start + b, false)?;
         }
         // y = norm(x) (kept in `a`), base logits through the target's lm_head.
         kernels::rmsnorm(step, &self.norm, h, eps, &x, &a, b)?;

@@ -24,6 +24,57 @@ pub struct LayerWeights {
     pub down: Matrix,
 }
 
+/// The buffers one decoder layer reads and writes (the target's and the drafter's states both hold them).
+pub struct LayerIo<'a> {
+    pub x: &'a Arc<GpuBuffer>,
+    pub a: &'a Arc<GpuBuffer>,
+    pub q_raw: &'a Arc<GpuBuffer>,
+    pub q: &'a Arc<GpuBuffer>,
+    pub k_raw: &'a Arc<GpuBuffer>,
+    pub att: &'a Arc<GpuBuffer>,
+    pub mlp: &'a Arc<GpuBuffer>,
+    pub k_cache: &'a Arc<GpuBuffer>,
+    pub v_cache: &'a Arc<GpuBuffer>,
+    pub rope: &'a Arc<GpuBuffer>,
+    pub scratch: &'a AttentionScratch,
+}
+
+/// Widths of one decoder layer.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerDims {
+    pub hidden: u32,
+    pub intermediate: u32,
+    pub attention: AttentionShape,
+    pub eps: f32,
+}
+
+impl LayerWeights {
+    /// Record one Qwen3 decoder layer over `rows` rows at positions pos..: K/V are written into the
+    /// cache at those positions, then attention over `kv_len` keys (causal: row r sees kv_len + r + 1;
+    /// unmasked: all kv_len, the drafter's [context ++ block]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(&self, step: &mut Step, io: &LayerIo, d: &LayerDims, rows: u32, pos: u32, kv_len: u32, causal: bool) -> Result<()> {
+        let sh = d.attention;
+        let (h, qw, kvw) = (d.hidden, sh.n_heads * sh.head_dim, sh.n_kv_heads * sh.head_dim);
+        let x = Rows::new(io.x, 0, h);
+        let a = Rows::new(io.a, 0, h);
+        kernels::rmsnorm(step, &self.input_norm, h, d.eps, &x, &a, rows)?;
+        kernels::matmul(step, &self.q, &a, &Rows::new(io.q_raw, 0, qw), rows, Epilogue::Store)?;
+        kernels::matmul(step, &self.k, &a, &Rows::new(io.k_raw, 0, kvw), rows, Epilogue::Store)?;
+        kernels::matmul(step, &self.v, &a, &Rows::new(io.v_cache, pos * kvw, kvw), rows, Epilogue::Store)?;
+        let q_rows = Rows::new(io.q, 0, qw);
+        kernels::norm_rope(step, &Rows::new(io.q_raw, 0, qw), &q_rows, self.q_norm.as_ref(), io.rope, rows, sh.n_heads, sh.head_dim, pos, d.eps)?;
+        let k_dst = Rows::new(io.k_cache, pos * kvw, kvw);
+        kernels::norm_rope(step, &Rows::new(io.k_raw, 0, kvw), &k_dst, self.k_norm.as_ref(), io.rope, rows, sh.n_kv_heads, sh.head_dim, pos, d.eps)?;
+        kernels::attention(step, sh, &q_rows, io.k_cache, io.v_cache, &Rows::new(io.att, 0, qw), io.scratch, rows, kv_len, causal)?;
+        kernels::matmul(step, &self.o, &Rows::new(io.att, 0, qw), &x, rows, Epilogue::Accumulate)?;
+        kernels::rmsnorm(step, &self.post_norm, h, d.eps, &x, &a, rows)?;
+        kernels::matmul_glu(step, &self.gate, &self.up, &a, &Rows::new(io.mlp, 0, d.intermediate), rows)?;
+        kernels::matmul(step, &self.down, &Rows::new(io.mlp, 0, d.intermediate), &x, rows, Epilogue::Accumulate)?;
+        Ok(())
+    }
+}
+
 pub struct Qwen3Model {
     pub gpu: Arc<Gpu>,
     pub config: Qwen3Config,
@@ -134,6 +185,11 @@ impl Qwen3Model {
         layers + self.lm_head().bytes()
     }
 
+    pub fn layer_dims(&self) -> LayerDims {
+        let c = &self.config;
+        LayerDims { hidden: c.hidden_size as u32, intermediate: c.intermediate_size as u32, attention: self.attention_shape(), eps: c.rms_norm_eps }
+    }
+
     pub fn attention_shape(&self) -> AttentionShape {
         AttentionShape { n_heads: self.config.num_heads as u32, n_kv_heads: self.config.num_kv_heads as u32, head_dim: self.config.head_dim as u32 }
     }
@@ -185,9 +241,8 @@ impl Qwen3Model {
     /// [logits_from, n_rows) into `state.logits` rows 0...
     pub fn record_forward(&self, step: &mut Step, state: &ForwardState, fwd: &Forward) -> Result<()> {
         let c = &self.config;
-        let (h, qw, kvw, inter) = (c.hidden_size as u32, c.q_width() as u32, c.kv_width() as u32, c.intermediate_size as u32);
+        let h = c.hidden_size as u32;
         let eps = c.rms_norm_eps;
-        let shape = self.attention_shape();
         let n_logits = fwd.n_rows.saturating_sub(fwd.logits_from);
         if n_logits as usize > state.max_logit_rows || (fwd.pos0 + fwd.n_rows) as usize > state.capacity {
             return Err(domino_engine::EngineError::Gpu(format!(
@@ -204,20 +259,21 @@ impl Qwen3Model {
             let pos = fwd.pos0 + r0;
             kernels::embedding(step, &self.embed, &state.ids, pos, &x, nb)?;
             for (li, l) in self.layers.iter().enumerate() {
-                let kc = &state.k_cache[li];
-                let vc = &state.v_cache[li];
-                kernels::rmsnorm(step, &l.input_norm, h, eps, &x, &a, nb)?;
-                kernels::matmul(step, &l.q, &a, &Rows::new(&state.q_raw, 0, qw), nb, Epilogue::Store)?;
-                kernels::matmul(step, &l.k, &a, &Rows::new(&state.k_raw, 0, kvw), nb, Epilogue::Store)?;
-                kernels::matmul(step, &l.v, &a, &Rows::new(vc, pos * kvw, kvw), nb, Epilogue::Store)?;
-                let (hd, hq, hkv) = (c.head_dim as u32, c.num_heads as u32, c.num_kv_heads as u32);
-                kernels::norm_rope(step, &Rows::new(&state.q_raw, 0, qw), &Rows::new(&state.q, 0, qw), l.q_norm.as_ref(), &state.rope, nb, hq, hd, pos, eps)?;
-                kernels::norm_rope(step, &Rows::new(&state.k_raw, 0, kvw), &Rows::new(kc, pos * kvw, kvw), l.k_norm.as_ref(), &state.rope, nb, hkv, hd, pos, eps)?;
-                kernels::attention(step, shape, &Rows::new(&state.q, 0, qw), kc, vc, &Rows::new(&state.att, 0, qw), &state.scratch, nb, pos, true)?;
-                kernels::matmul(step, &l.o, &Rows::new(&state.att, 0, qw), &x, nb, Epilogue::Accumulate)?;
-                kernels::rmsnorm(step, &l.post_norm, h, eps, &x, &a, nb)?;
-                kernels::matmul_glu(step, &l.gate, &l.up, &a, &Rows::new(&state.mlp, 0, inter), nb)?;
-                kernels::matmul(step, &l.down, &Rows::new(&state.mlp, 0, inter), &x, nb, Epilogue::Accumulate)?;
+                let io = LayerIo {
+                    x: &state.x,
+                    a: &state.a,
+                    q_raw: &state.q_raw,
+                    q: &state.q,
+                    k_raw: &state.k_raw,
+                    att: &state.att,
+                    mlp: &state.mlp,
+                    k_cache: &state.k_cache[li],
+                    v_cache: &state.v_cache[li],
+                    rope: &state.rope,
+                    scratch: &state.scratch,
+                };
+                // Causal: row r sees the cache up to its own position.
+                l.record(step, &io, &self.layer_dims(), nb, pos, pos, true)?;
                 if let Some(cap) = &fwd.capture {
                     if let Some(slot) = cap.layers.iter().position(|&c| c == li) {
                         let width = cap.layers.len() as u32 * h;
