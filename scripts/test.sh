@@ -4,7 +4,8 @@
 # 1. installs what is missing (scripts/setup.sh --test: software Vulkan + GL drivers, npm),
 # 2. fetches the real Qwen3 tokenizer (scripts/fetch-test-data.sh),
 # 3. builds the whole workspace's tests, prints the GPU adapters (`domino devices`),
-# 4. runs `cargo test --workspace`.
+# 4. runs `cargo test --workspace`,
+# 5. builds the browser build (web/build.sh) and runs the browser test (web/tests/browser.test.mjs).
 #
 # The GPU tests run on BOTH software adapters, Vulkan (lavapipe: shader-f16 and subgroup variants, plus
 # the same device forced onto the fallback variants) and GL (llvmpipe via EGL: fallback variants). A
@@ -41,3 +42,11 @@ echo "== test backends: ${DOMINO_TEST_BACKENDS:-vulkan,gl (default)}"
 
 echo "== test (cargo test --workspace)"
 cargo test --workspace "$@"
+
+# The browser build and its test: the demo page in headless Chromium (WebGPU on SwiftShader) must
+# give the same tokens as the native binary built above. Artifacts (screenshot, reports) go to
+# target/web-test/.
+echo "== browser build (bash web/build.sh)"
+bash web/build.sh
+echo "== browser test (node web/tests/browser.test.mjs)"
+DOMINO_BIN="$target_dir/debug/domino" node web/tests/browser.test.mjs

@@ -10,7 +10,7 @@ mod report;
 use clap::{Args, Parser, Subcommand};
 use domino_engine::HostDType;
 use domino_models::drafter::DrafterKind;
-use domino_models::testing::{write_always_accept_pair, write_tiny_model, TinyDrafterSpec, TinySpec};
+use domino_models::testing::{write_always_accept_pair, write_tiny_drafter, write_tiny_model, TinyDrafterSpec, TinySpec};
 use std::process::ExitCode;
 
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +99,10 @@ struct RandomModelArgs {
     /// always the same and the drafter always drafts it (measures speed at full acceptance).
     #[arg(long)]
     always_accept_drafter: Option<std::path::PathBuf>,
-    /// dflash or domino (with --always-accept-drafter).
+    /// Also write a random drafter here (random weights, so it accepts like an untrained drafter).
+    #[arg(long, conflicts_with = "always_accept_drafter")]
+    drafter: Option<std::path::PathBuf>,
+    /// dflash or domino (with --always-accept-drafter or --drafter).
     #[arg(long, default_value = "domino")]
     drafter_kind: String,
     #[arg(long, default_value_t = 16)]
@@ -128,29 +131,37 @@ fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
         dtype: HostDType::BF16,
         ..TinySpec::default()
     };
-    match &a.always_accept_drafter {
-        None => write_tiny_model(&a.out, &spec)?,
-        Some(dir) => {
-            let kind = match a.drafter_kind.as_str() {
-                "dflash" => DrafterKind::DFlash,
-                "domino" => DrafterKind::Domino,
-                other => return Err(CliError::Usage(format!("--drafter-kind {other}: expected dflash or domino"))),
-            };
-            let layers = (0..a.layers).collect::<Vec<_>>();
-            let ids = vec![layers[0], layers[layers.len() / 2], layers[layers.len() - 1]];
-            let dspec = TinyDrafterSpec {
-                kind,
-                block_size: a.block_size,
-                layers: a.drafter_layers,
-                target_layer_ids: ids,
-                emb_dim: a.emb_dim.unwrap_or((256 * a.hidden / 4096).max(8)),
-                gru_hidden: a.gru_hidden.unwrap_or((a.hidden / 4).max(8)),
-                dtype: HostDType::BF16,
-                ..TinyDrafterSpec::default()
-            };
-            write_always_accept_pair(&a.out, dir, &spec, &dspec, a.vocab / 2)?;
+    let drafter_spec = || -> Result<TinyDrafterSpec, CliError> {
+        let kind = match a.drafter_kind.as_str() {
+            "dflash" => DrafterKind::DFlash,
+            "domino" => DrafterKind::Domino,
+            other => return Err(CliError::Usage(format!("--drafter-kind {other}: expected dflash or domino"))),
+        };
+        let layers = (0..a.layers).collect::<Vec<_>>();
+        let ids = vec![layers[0], layers[layers.len() / 2], layers[layers.len() - 1]];
+        Ok(TinyDrafterSpec {
+            kind,
+            block_size: a.block_size,
+            layers: a.drafter_layers,
+            target_layer_ids: ids,
+            emb_dim: a.emb_dim.unwrap_or((256 * a.hidden / 4096).max(8)),
+            gru_hidden: a.gru_hidden.unwrap_or((a.hidden / 4).max(8)),
+            dtype: HostDType::BF16,
+            ..TinyDrafterSpec::default()
+        })
+    };
+    match (&a.always_accept_drafter, &a.drafter) {
+        (Some(dir), _) => {
+            write_always_accept_pair(&a.out, dir, &spec, &drafter_spec()?, a.vocab / 2)?;
             eprintln!("wrote drafter {}", dir.display());
         }
+        (None, Some(dir)) => {
+            let dspec = drafter_spec()?;
+            write_tiny_model(&a.out, &spec)?;
+            write_tiny_drafter(dir, &spec, &dspec)?;
+            eprintln!("wrote drafter {}", dir.display());
+        }
+        (None, None) => write_tiny_model(&a.out, &spec)?,
     }
     eprintln!("wrote {}", a.out.display());
     Ok(())

@@ -7,12 +7,13 @@ use domino_engine::HostDType;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// A tensor's bytes as stored, with its dtype and shape.
-#[derive(Debug, Clone, Copy)]
+/// A tensor's bytes as stored, with its dtype and shape. `data` is borrowed from a mapped file, or
+/// owned when a streaming source (the browser build) reads just this tensor on request.
+#[derive(Debug, Clone)]
 pub struct RawTensor<'a> {
     pub dtype: HostDType,
     pub shape: &'a [usize],
-    pub data: &'a [u8],
+    pub data: std::borrow::Cow<'a, [u8]>,
     pub file: &'a Path,
 }
 
@@ -24,6 +25,11 @@ pub trait WeightSource {
     fn names(&self) -> Vec<String>;
     /// A short description for errors ("model.safetensors", "3 shards").
     fn describe(&self) -> String;
+    /// Shape and byte length of `name` without its data: streaming sources answer from the header,
+    /// so checking a whole tensor plan reads no weights.
+    fn tensor_shape(&self, name: &str) -> Result<Option<(Vec<usize>, u64)>> {
+        Ok(self.tensor(name)?.map(|t| (t.shape.to_vec(), t.data.len() as u64)))
+    }
 }
 
 struct TensorEntry {
@@ -107,10 +113,7 @@ impl Checkpoint {
                 std::io::ErrorKind::NotFound => ModelError::Missing { path: path.clone() },
                 _ => ModelError::Io { path: path.clone(), source: e },
             })?;
-            // SAFETY: the file is only read; a concurrent writer could change the mapped bytes, which
-            // would corrupt weights but not memory safety of this process's own data structures.
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ModelError::Io { path: path.clone(), source: e })?;
-            files.push(MappedFile::open(&path, Box::new(map))?);
+            files.push(MappedFile::open(&path, map_file(&file, &path)?)?);
         }
         Self::from_files(files, if file_names.len() == 1 { file_names[0].clone() } else { format!("{} shards", file_names.len()) })
     }
@@ -143,7 +146,7 @@ impl WeightSource for Checkpoint {
         let e = &f.tensors[name];
         let dtype = e.dtype.clone().map_err(|d| ModelError::DType { name: name.into(), dtype: d, path: f.path.clone() })?;
         let all = (*f.bytes).as_ref();
-        let data = &all[f.data_start + e.start..f.data_start + e.end];
+        let data = std::borrow::Cow::Borrowed(&all[f.data_start + e.start..f.data_start + e.end]);
         Ok(Some(RawTensor { dtype, shape: &e.shape, data, file: &f.path }))
     }
 
@@ -156,6 +159,35 @@ impl WeightSource for Checkpoint {
     fn describe(&self) -> String {
         self.description.clone()
     }
+}
+
+/// Memory-map a checkpoint file (memmap2 does not build for wasm32, where files are read whole;
+/// the browser build streams tensors through its own `WeightSource` instead).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn map_file(file: &std::fs::File, path: &Path) -> Result<Box<dyn AsRef<[u8]> + Send + Sync>> {
+    // SAFETY: the file is only read; a concurrent writer could change the mapped bytes, which
+    // would corrupt weights but not memory safety of this process's own data structures.
+    let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| ModelError::Io { path: path.into(), source: e })?;
+    Ok(Box::new(map))
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) fn map_file(file: &std::fs::File, path: &Path) -> Result<Box<dyn AsRef<[u8]> + Send + Sync>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let mut file = file;
+    file.read_to_end(&mut bytes).map_err(|e| ModelError::Io { path: path.into(), source: e })?;
+    Ok(Box::new(bytes))
+}
+
+/// Check that `name` exists with `shape` and return its byte length, without reading its data.
+pub fn expect_shape(src: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<u64> {
+    let (found, len) = src.tensor_shape(name)?.ok_or_else(|| ModelError::MissingTensor { name: name.into(), where_: src.describe() })?;
+    if found != shape {
+        // The full lookup builds the error that names the file (reads the data only on this error path).
+        expect_tensor(src, name, shape)?;
+    }
+    Ok(len)
 }
 
 /// Fetch `name` and check its shape.

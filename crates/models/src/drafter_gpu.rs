@@ -4,7 +4,7 @@
 //! target's id buffer at positions start+1…, where the verify pass reads them: a round moves no
 //! token through the CPU until the verification result.
 
-use crate::checkpoint::{expect_tensor, WeightSource};
+use crate::checkpoint::{expect_shape, expect_tensor, WeightSource};
 use crate::drafter::{detect_head_prefix, DrafterConfig, DrafterKind};
 use crate::error::Result;
 use crate::qwen3::{LayerDims, LayerIo, LayerWeights, Qwen3Model};
@@ -36,12 +36,12 @@ pub struct DrafterModel {
 
 fn mat(gpu: &Gpu, src: &dyn WeightSource, name: &str, n: usize, k: usize, format: WeightFormat) -> Result<Matrix> {
     let t = expect_tensor(src, name, &[n, k])?;
-    Ok(Matrix::upload(gpu, &HostTensor::new(name, t.dtype, n, k, t.data)?, format, &mut |_| {})?)
+    Ok(Matrix::upload(gpu, &HostTensor::new(name, t.dtype, n, k, &t.data)?, format, &mut |_| {})?)
 }
 
 fn vector(gpu: &Gpu, src: &dyn WeightSource, name: &str, n: usize) -> Result<Arc<GpuBuffer>> {
     let t = expect_tensor(src, name, &[n])?;
-    Ok(domino_engine::tensor::upload_vector(gpu, &HostTensor::new(name, t.dtype, 1, n, t.data)?)?)
+    Ok(domino_engine::tensor::upload_vector(gpu, &HostTensor::new(name, t.dtype, 1, n, &t.data)?)?)
 }
 
 impl DrafterModel {
@@ -51,7 +51,7 @@ impl DrafterModel {
         config.validate_against(&target.config)?;
         // Check the whole plan first so a wrong checkpoint fails before anything is uploaded.
         for (name, shape) in crate::drafter::drafter_tensor_plan(&config, &target.config) {
-            expect_tensor(src, &name, &shape)?;
+            expect_shape(src, &name, &shape)?;
         }
         let gpu = target.gpu.clone();
         let c = &config;
@@ -91,7 +91,7 @@ impl DrafterModel {
         let w_hh = mat(gpu, src, &format!("{p}prefix_gru.weight_hh_l0"), 3 * g, g, format)?;
         let name = format!("{p}embed_proj.0.weight");
         let t = expect_tensor(src, &name, &[e, h + g])?;
-        let w1 = HostTensor::new(&name, t.dtype, e, h + g, t.data)?.to_f32();
+        let w1 = HostTensor::new(&name, t.dtype, e, h + g, &t.data)?.to_f32();
         let (mut y_part, mut s_part) = (Vec::with_capacity(e * h), Vec::with_capacity(e * g));
         for row in w1.chunks(h + g) {
             y_part.extend_from_slice(&row[..h]);

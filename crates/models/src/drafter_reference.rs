@@ -314,7 +314,7 @@ fn load_plan(src: &dyn WeightSource, plan: &[(String, Vec<usize>)], round_f16: b
         .map(|(name, shape)| {
             let t = expect_tensor(src, name, shape)?;
             let n: usize = shape.iter().product();
-            let v = HostTensor::new(name, t.dtype, 1, n, t.data)?.to_f32();
+            let v = HostTensor::new(name, t.dtype, 1, n, &t.data)?.to_f32();
             let round = round_f16 && shape.len() == 2;
             let v = if round { v.into_iter().map(|x| half::f16::from_f32(x).to_f32()).collect() } else { v };
             Ok((name.clone(), v))

@@ -3,7 +3,7 @@
 //! A forward is recorded into a `Step`, never submitted here: the runtime decides what goes into one
 //! submission (a decode step, a verify pass, a whole prefill) and reads back only token ids.
 
-use crate::checkpoint::{expect_tensor, RawTensor, WeightSource};
+use crate::checkpoint::{expect_shape, expect_tensor, RawTensor, WeightSource};
 use crate::config::Qwen3Config;
 use crate::error::Result;
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
@@ -89,13 +89,13 @@ pub struct Qwen3Model {
 /// Loading progress: (bytes done, bytes total, tensor name).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64, &str);
 
-fn host<'a>(name: &'a str, t: &RawTensor<'a>) -> Result<HostTensor<'a>> {
+fn host<'a>(name: &'a str, t: &'a RawTensor<'_>) -> Result<HostTensor<'a>> {
     let (rows, cols) = match t.shape {
         [n] => (1, *n),
         [r, c] => (*r, *c),
         _ => (t.shape.iter().product(), 1),
     };
-    Ok(HostTensor::new(name, t.dtype, rows, cols, t.data)?)
+    Ok(HostTensor::new(name, t.dtype, rows, cols, &t.data)?)
 }
 
 impl Qwen3Model {
@@ -128,7 +128,7 @@ impl Qwen3Model {
         }
         let mut total = 0u64;
         for (name, shape) in &plan {
-            total += expect_tensor(src, name, shape)?.data.len() as u64;
+            total += expect_shape(src, name, shape)?;
         }
 
         let scope = gpu.begin_allocation_check();

@@ -43,7 +43,7 @@ impl ReferenceModel {
         let get = |name: &str, shape: &[usize], round: bool| -> Result<Vec<f32>> {
             let t = expect_tensor(src, name, shape)?;
             let n: usize = shape.iter().product();
-            let v = HostTensor::new(name, t.dtype, 1, n, t.data)?.to_f32();
+            let v = HostTensor::new(name, t.dtype, 1, n, &t.data)?.to_f32();
             Ok(if round { v.into_iter().map(|x| half::f16::from_f32(x).to_f32()).collect() } else { v })
         };
         let (h, qw, kvw, i, vocab) = (c.hidden_size, c.q_width(), c.kv_width(), c.intermediate_size, c.vocab_size);
