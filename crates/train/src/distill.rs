@@ -1,0 +1,147 @@
+//! Self-distillation data (`domino train data`): the engine generates the target's greedy
+//! continuation of every prompt, then one more forward over prompt + continuation captures the
+//! target features at the drafter's target_layer_ids (the residual stream after those layers, as
+//! the speculative session feeds them to the drafter). Stored f16 in shards; resumable.
+
+use crate::data::{prompts_hash, read_shard, shard_path, write_shard, DataMeta, Sequence, FORMAT};
+use crate::error::{Result, TrainError};
+use domino_engine::Step;
+use domino_models::qwen3::{Capture, Forward};
+use domino_models::Qwen3Model;
+use domino_runtime::{GenerateOptions, Session};
+use std::path::Path;
+
+/// Rows per capture pass: one submission and one readback each.
+const CAPTURE_ROWS: usize = 64;
+
+#[derive(Debug, Clone)]
+pub struct DistillOptions {
+    pub max_new_tokens: usize,
+    pub shard_size: usize,
+    pub target_layer_ids: Vec<usize>,
+    /// Stop a continuation at these ids (the model's eos), unless `ignore_eos`.
+    pub stop_ids: Vec<u32>,
+    pub ignore_eos: bool,
+}
+
+/// What a run did: shards found complete from an earlier run, shards written now, tokens generated now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DistillSummary {
+    pub shards_skipped: usize,
+    pub shards_written: usize,
+    pub sequences: usize,
+    pub generated_tokens: usize,
+}
+
+/// Generate the data folder `out` for `prompts` (token ids). `progress(done, total)` counts prompts.
+pub fn generate_data(
+    model: &Qwen3Model,
+    prompts: &[Vec<u32>],
+    out: &Path,
+    opts: &DistillOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<DistillSummary> {
+    let c = &model.config;
+    if prompts.is_empty() {
+        return Err(TrainError::Invalid("no prompts".into()));
+    }
+    if opts.shard_size == 0 || opts.max_new_tokens == 0 {
+        return Err(TrainError::Invalid("--shard-size and --max-new-tokens must be positive".into()));
+    }
+    if opts.target_layer_ids.is_empty() {
+        return Err(TrainError::Invalid("target_layer_ids must not be empty".into()));
+    }
+    if let Some(&l) = opts.target_layer_ids.iter().find(|&&l| l >= c.num_layers) {
+        return Err(TrainError::Invalid(format!("target layer id {l} is out of range: the target has {} layers", c.num_layers)));
+    }
+    if let Some((i, _)) = prompts.iter().enumerate().find(|(_, p)| p.is_empty()) {
+        return Err(TrainError::Invalid(format!("prompt {i} is empty")));
+    }
+    let meta = DataMeta {
+        format: FORMAT.into(),
+        hidden_size: c.hidden_size,
+        num_target_layers: c.num_layers,
+        vocab_size: c.vocab_size,
+        target_layer_ids: opts.target_layer_ids.clone(),
+        max_new_tokens: opts.max_new_tokens,
+        shard_size: opts.shard_size,
+        num_prompts: prompts.len(),
+        prompts_hash: prompts_hash(prompts),
+    };
+    std::fs::create_dir_all(out).map_err(crate::error::io(out))?;
+    if out.join("meta.json").exists() {
+        let old = DataMeta::read(out)?;
+        if old != meta {
+            return Err(TrainError::Invalid(format!(
+                "{} holds data made with other settings or prompts ({old:?}); use a new --out folder",
+                out.display()
+            )));
+        }
+    }
+    meta.write(out)?;
+
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let capacity = longest + opts.max_new_tokens;
+    let mut session = Session::new(model, capacity)?;
+    let state = model.new_state(capacity, CAPTURE_ROWS, 1)?;
+    let width = opts.target_layer_ids.len() * c.hidden_size;
+    let captured = model.gpu.binding_buffer("captured features", (CAPTURE_ROWS * width * 4) as u64)?;
+    let gen = GenerateOptions {
+        max_tokens: opts.max_new_tokens,
+        ignore_eos: opts.ignore_eos,
+        stop_ids: opts.stop_ids.clone(),
+        ..GenerateOptions::default()
+    };
+    let mut summary = DistillSummary::default();
+    for (index, chunk) in prompts.chunks(opts.shard_size).enumerate() {
+        let first = index * opts.shard_size;
+        if shard_path(out, index).exists() && read_shard(out, index, &meta).is_ok() {
+            summary.shards_skipped += 1;
+            progress(first + chunk.len(), prompts.len());
+            continue;
+        }
+        let mut seqs = Vec::with_capacity(chunk.len());
+        for (j, prompt) in chunk.iter().enumerate() {
+            let g = pollster::block_on(session.generate(prompt, &gen, &mut |_| true))?;
+            let tokens: Vec<u32> = prompt.iter().chain(&g.output_ids).copied().collect();
+            summary.generated_tokens += g.output_ids.len();
+            let features = capture(model, &state, &captured, &tokens, &opts.target_layer_ids)?;
+            seqs.push(Sequence { tokens, prompt_len: prompt.len(), features });
+            progress(first + j + 1, prompts.len());
+        }
+        write_shard(out, index, &seqs, width)?;
+        summary.shards_written += 1;
+        summary.sequences += seqs.len();
+    }
+    Ok(summary)
+}
+
+/// Features of every position of `tokens` `[n][k·h]` (f16), in passes of CAPTURE_ROWS rows.
+fn capture(
+    model: &Qwen3Model,
+    state: &domino_models::ForwardState,
+    dst: &std::sync::Arc<domino_engine::GpuBuffer>,
+    tokens: &[u32],
+    layers: &[usize],
+) -> Result<Vec<half::f16>> {
+    let gpu = &model.gpu;
+    gpu.write(&state.ids, 0, tokens);
+    let width = layers.len() * model.config.hidden_size;
+    let mut out = Vec::with_capacity(tokens.len() * width);
+    let mut r0 = 0;
+    while r0 < tokens.len() {
+        let nb = (tokens.len() - r0).min(CAPTURE_ROWS);
+        let mut step = Step::new(gpu);
+        let fwd = Forward {
+            pos0: r0 as u32,
+            n_rows: nb as u32,
+            logits_from: nb as u32,
+            capture: Some(Capture { layers, dst, dst_row: 0 }),
+        };
+        model.record_forward(&mut step, state, &fwd)?;
+        let bytes = pollster::block_on(step.submit_and_read(dst, 0, (nb * width * 4) as u64))?;
+        out.extend(bytes.chunks_exact(4).map(|b| half::f16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))));
+        r0 += nb;
+    }
+    Ok(out)
+}

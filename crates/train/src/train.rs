@@ -1,0 +1,328 @@
+//! The training loop of the base-anchored curriculum (spec §6).
+//!
+//! Each step draws `batch` sequences and, in each, up to `anchors` random anchor positions among the
+//! target-generated tokens. Block j is [x_a, MASK…] at positions a…a+B−1 and sees the context
+//! [0, a) through the target features; the Domino GRU is teacher-forced on x_a, x_{a+1}, …. Slot k
+//! of a shifted-label (Domino) drafter is labelled x_{a+k+1}; a DFlash backbone's slot k ≥ 1 is
+//! labelled x_{a+k}. Draft k is weighted exp(−k/7). loss = (1−λ)·CE(final) + λ·CE(base), λ falling
+//! linearly 1 → 0 over decay_ratio of the steps (a DFlash backbone has only CE(base)).
+//! AdamW, linear warmup then cosine decay; the state is saved every `save_every` steps and a run
+//! resumes from it.
+
+use crate::data::{read_all, Sequence};
+use crate::error::{format_error, io, Result, TrainError};
+use crate::export::{export, validate, write_atomic};
+use crate::model::{nll, Dims, DrafterNet, Target};
+use crate::rng::Rng;
+use crate::schedule::{lambda, learning_rate, slot_weight};
+use crate::weights::{build_net, init_weights, load_target, InitReport};
+use burn::module::Module;
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::optim::grad_clipping::GradientClippingConfig;
+use burn::tensor::{Device, Tensor, TensorData};
+use domino_models::checkpoint::WeightSource;
+use domino_models::drafter::{DrafterConfig, DrafterKind};
+use domino_models::Qwen3Config;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Everything that defines a training run (a resumed run must match it exactly).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TrainOptions {
+    /// false: a DFlash backbone (no head, unshifted labels), the --no-head ablation.
+    pub domino: bool,
+    pub layers: usize,
+    pub block_size: usize,
+    pub emb_dim: usize,
+    pub gru_hidden: usize,
+    /// None: the data's own target_layer_ids.
+    pub target_layer_ids: Option<Vec<usize>>,
+    /// None: vocab_size − 1.
+    pub mask_token_id: Option<u32>,
+    pub steps: usize,
+    pub lr: f64,
+    pub decay_ratio: f64,
+    pub warmup_ratio: f64,
+    pub min_lr_ratio: f64,
+    pub weight_decay: f64,
+    pub grad_clip: f64,
+    /// Sequences per step.
+    pub batch: usize,
+    /// Anchors per sequence.
+    pub anchors: usize,
+    pub save_every: usize,
+    pub seed: u64,
+    /// Initialise the decoder layers from the target's where shapes allow.
+    pub init_from_target: bool,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        Self {
+            domino: true,
+            layers: 1,
+            block_size: 16,
+            emb_dim: 64,
+            gru_hidden: 128,
+            target_layer_ids: None,
+            mask_token_id: None,
+            steps: 1000,
+            lr: 6e-4,
+            decay_ratio: 1.0,
+            warmup_ratio: 0.04,
+            min_lr_ratio: 0.1,
+            weight_decay: 0.01,
+            grad_clip: 1.0,
+            batch: 4,
+            anchors: 64,
+            save_every: 100,
+            seed: 0,
+            init_from_target: true,
+        }
+    }
+}
+
+/// One step's numbers, for the progress bar.
+#[derive(Debug, Clone, Default)]
+pub struct StepStats {
+    pub step: usize,
+    pub total: usize,
+    pub loss: f64,
+    pub lambda: f64,
+    pub lr: f64,
+    /// Top-1 accuracy of draft k (final logits for Domino, base for DFlash) over this step's blocks.
+    pub slot_accuracy: Vec<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    pub resumed_from: usize,
+    pub steps: usize,
+    pub last: StepStats,
+    pub init: InitReport,
+    pub config: DrafterConfig,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TrainState {
+    step: usize,
+    rng: u64,
+    options: TrainOptions,
+}
+
+/// The drafter architecture the options describe, for `target`, reading `target_layer_ids` features.
+pub fn drafter_config(opts: &TrainOptions, target: &Qwen3Config, target_layer_ids: Vec<usize>) -> Result<DrafterConfig> {
+    let kind = if opts.domino { DrafterKind::Domino } else { DrafterKind::DFlash };
+    let cfg = DrafterConfig {
+        kind,
+        block_size: opts.block_size,
+        num_target_layers: target.num_layers,
+        mask_token_id: opts.mask_token_id.unwrap_or(target.vocab_size.saturating_sub(1) as u32),
+        target_layer_ids,
+        hidden_size: target.hidden_size,
+        num_layers: opts.layers,
+        num_heads: target.num_heads,
+        num_kv_heads: target.num_kv_heads,
+        head_dim: target.head_dim,
+        intermediate_size: target.intermediate_size,
+        rms_norm_eps: target.rms_norm_eps,
+        rope_theta: target.rope_theta,
+        max_position_embeddings: target.max_position_embeddings,
+        emb_dim: opts.domino.then_some(opts.emb_dim),
+        gru_hidden_dim: opts.domino.then_some(opts.gru_hidden),
+        pure_draft_prefix_len: 1,
+        shift_label: opts.domino,
+        head_prefix: String::new(),
+    };
+    validate(&cfg, target)
+}
+
+/// One sequence's share of a step: the loss tensor and (correct, counted) per draft slot.
+fn sequence_loss(net: &DrafterNet, dims: &Dims, target: &Target, seq: &Sequence, width: usize, anchors: &[usize], lam: f64, device: &Device) -> (Tensor<1>, Vec<(usize, usize)>) {
+    let b = dims.block;
+    let shift = usize::from(dims.shift_label);
+    // Context rows needed: positions before the last anchor.
+    let t = *anchors.iter().max().unwrap_or(&1);
+    let f: Vec<f32> = seq.features[..t * width].iter().map(|x| x.to_f32()).collect();
+    let features = Tensor::<2>::from_data(TensorData::new(f, [t, width]), device);
+    let anchor_tokens: Vec<u32> = anchors.iter().map(|&a| seq.tokens[a]).collect();
+    let head_tokens: Vec<Vec<u32>> = anchors.iter().map(|&a| seq.tokens[a..a + b].to_vec()).collect();
+    let out = net.forward(dims, target, features, anchors, &anchor_tokens, Some(&head_tokens));
+    // Slot i is draft k = i + shift − 1 with label x_{a+i+shift}; slot 0 of a DFlash block is the anchor.
+    let first = 1 - shift;
+    let slots: Vec<usize> = (first..b).collect();
+    let labels: Vec<u32> = anchors.iter().flat_map(|&a| slots.iter().map(move |&i| seq.tokens[a + i + shift])).collect();
+    let weights: Vec<f32> = anchors.iter().flat_map(|_| slots.iter().map(|&i| slot_weight(i + shift - 1) as f32)).collect();
+    let norm: f32 = weights.iter().sum();
+    let n = labels.len();
+    let w = Tensor::<1>::from_data(TensorData::new(weights, [n]), device).div_scalar(norm);
+    let pick = |logits: Tensor<3>| logits.narrow(1, first, b - first).reshape([n, dims.vocab]);
+    let base = pick(out.base);
+    let (loss, scored) = match out.fin {
+        Some(fin) => {
+            let fin = pick(fin);
+            let l_fin = nll(fin.clone(), &labels).mul(w.clone()).sum();
+            let l_base = nll(base, &labels).mul(w).sum();
+            (l_fin.mul_scalar(1.0 - lam).add(l_base.mul_scalar(lam)), fin)
+        }
+        None => (nll(base.clone(), &labels).mul(w).sum(), base),
+    };
+    let pred: Vec<i64> = scored.detach().argmax(1).into_data().convert::<i64>().try_to_vec::<i64>().unwrap_or_default();
+    let mut acc = vec![(0usize, 0usize); slots.len()];
+    for (r, (&p, &l)) in pred.iter().zip(&labels).enumerate() {
+        let k = r % slots.len();
+        acc[k].0 += usize::from(p == l as i64);
+        acc[k].1 += 1;
+    }
+    (loss, acc)
+}
+
+/// Anchor positions of `seq` that have a full block of labels: a in [prompt_len, n − B − shift].
+fn anchor_range(seq: &Sequence, b: usize, shift: usize) -> (usize, usize) {
+    let hi = (seq.tokens.len() + 1).saturating_sub(b + shift);
+    (seq.prompt_len.max(1), hi)
+}
+
+/// Train a drafter for the target (`target_cfg`, weights in `target_src`) on the data folder and
+/// export it to `out`, resuming from `out`/train-state when a run with the same options is saved
+/// there. `stop_after`: run at most this many steps now (the rest on a later, resumed run).
+/// `on_step` sees every step's numbers.
+#[allow(clippy::too_many_arguments)]
+pub fn train(
+    target_cfg: &Qwen3Config,
+    target_src: &dyn WeightSource,
+    data_dir: &Path,
+    out: &Path,
+    opts: &TrainOptions,
+    device: &Device,
+    stop_after: Option<usize>,
+    on_step: &mut dyn FnMut(&StepStats),
+) -> Result<TrainSummary> {
+    if opts.steps == 0 || opts.batch == 0 || opts.anchors == 0 || opts.save_every == 0 {
+        return Err(TrainError::Invalid("--steps, --batch, --anchors and --save-every must be positive".into()));
+    }
+    if !(opts.lr > 0.0) || !(0.0..=1.0).contains(&opts.decay_ratio) || !(0.0..=1.0).contains(&opts.warmup_ratio) {
+        return Err(TrainError::Invalid("--lr must be positive; --decay-ratio and --warmup-ratio must lie in [0, 1]".into()));
+    }
+    let (meta, seqs) = read_all(data_dir)?;
+    if meta.hidden_size != target_cfg.hidden_size || meta.num_target_layers != target_cfg.num_layers || meta.vocab_size != target_cfg.vocab_size {
+        return Err(format_error(
+            &data_dir.join("meta.json"),
+            format!(
+                "the data was made by a target with hidden {}, {} layers, vocab {}; this target has hidden {}, {} layers, vocab {}",
+                meta.hidden_size, meta.num_target_layers, meta.vocab_size, target_cfg.hidden_size, target_cfg.num_layers, target_cfg.vocab_size
+            ),
+        ));
+    }
+    let ids = opts.target_layer_ids.clone().unwrap_or_else(|| meta.target_layer_ids.clone());
+    if ids != meta.target_layer_ids {
+        return Err(TrainError::Invalid(format!(
+            "--target-layer-ids {ids:?} differ from the data's {:?}: regenerate the data with these layers",
+            meta.target_layer_ids
+        )));
+    }
+    let cfg = drafter_config(opts, target_cfg, ids)?;
+    let dims = Dims::new(&cfg, target_cfg);
+    let shift = usize::from(cfg.shift_label);
+    let usable: Vec<&Sequence> = seqs
+        .iter()
+        .filter(|s| {
+            let (lo, hi) = anchor_range(s, cfg.block_size, shift);
+            lo < hi
+        })
+        .collect();
+    if usable.is_empty() {
+        return Err(TrainError::Invalid(format!(
+            "no sequence in {} has a continuation longer than the block size {} (+{shift}): generate longer continuations or use a smaller --block-size",
+            data_dir.display(),
+            cfg.block_size
+        )));
+    }
+    let target = load_target(target_cfg, target_src, device)?;
+    let (weights, init) = init_weights(&cfg, target_cfg, opts.init_from_target.then_some(target_src), opts.seed)?;
+    let mut net = build_net(&cfg, weights, device)?;
+    let clip = (opts.grad_clip > 0.0).then_some(GradientClippingConfig::Norm(opts.grad_clip as f32));
+    let mut optim: ModuleOptimizer = AdamWConfig::new().with_weight_decay(opts.weight_decay as f32).with_grad_clipping(clip).init();
+    let state_dir = out.join("train-state");
+    let mut rng = Rng::new(opts.seed.wrapping_add(1));
+    let mut start = 0;
+    let state_path = state_dir.join("state.json");
+    if state_path.exists() {
+        let bytes = std::fs::read(&state_path).map_err(io(&state_path))?;
+        let st: TrainState = serde_json::from_slice(&bytes).map_err(|e| format_error(&state_path, e.to_string()))?;
+        if st.options != *opts {
+            return Err(format_error(&state_path, format!("a run with other options is saved here ({:?}); use a new --out folder", st.options)));
+        }
+        let mp = state_dir.join("model.bpk");
+        net = net.try_load_file(&mp).map_err(|e| format_error(&mp, e.to_string()))?;
+        let op = state_dir.join("optim.bpk");
+        optim = optim.load(&op).map_err(|e| format_error(&op, e.to_string()))?;
+        start = st.step;
+        rng.state = st.rng;
+    }
+    let warmup = (opts.warmup_ratio * opts.steps as f64).round() as usize;
+    let width = meta.feature_width();
+    let mut last = StepStats::default();
+    let end = stop_after.map_or(opts.steps, |n| (start + n).min(opts.steps));
+    for step in start..end {
+        let lam = if opts.domino { lambda(step, opts.steps, opts.decay_ratio) } else { 1.0 };
+        let lr = learning_rate(step, opts.steps, warmup, opts.lr, opts.min_lr_ratio);
+        let mut total: Option<Tensor<1>> = None;
+        let mut acc: Vec<(usize, usize)> = Vec::new();
+        for _ in 0..opts.batch {
+            let seq = usable[rng.below(usable.len())];
+            let (lo, hi) = anchor_range(seq, cfg.block_size, shift);
+            let anchors = rng.distinct(lo, hi, opts.anchors);
+            let (loss, a) = sequence_loss(&net, &dims, &target, seq, width, &anchors, lam, device);
+            total = Some(match total {
+                Some(t) => t.add(loss),
+                None => loss,
+            });
+            acc.resize(a.len(), (0, 0));
+            acc.iter_mut().zip(a).for_each(|(x, y)| {
+                x.0 += y.0;
+                x.1 += y.1;
+            });
+        }
+        let loss = total.expect("batch >= 1").div_scalar(opts.batch as f64);
+        let loss_value: f64 = loss.clone().detach().into_scalar::<f32>() as f64;
+        if !loss_value.is_finite() {
+            return Err(TrainError::Invalid(format!("the loss became {loss_value} at step {step}: try a lower --lr")));
+        }
+        let grads = GradientsParams::from_grads(loss.backward(), &net);
+        net = optim.step(lr, net, grads);
+        last = StepStats {
+            step: step + 1,
+            total: opts.steps,
+            loss: loss_value,
+            lambda: if opts.domino { lam } else { 0.0 },
+            lr,
+            slot_accuracy: acc.iter().map(|&(c, n)| c as f64 / n.max(1) as f64).collect(),
+        };
+        on_step(&last);
+        if (step + 1) % opts.save_every == 0 || step + 1 == end {
+            save(&state_dir, &net, &optim, step + 1, &rng, opts)?;
+            export(out, &net, &cfg, target_cfg)?;
+        }
+    }
+    if start >= opts.steps {
+        export(out, &net, &cfg, target_cfg)?;
+    }
+    Ok(TrainSummary { resumed_from: start, steps: end, last, init, config: cfg })
+}
+
+fn save(dir: &Path, net: &DrafterNet, optim: &ModuleOptimizer, step: usize, rng: &Rng, opts: &TrainOptions) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    // Each file through a temporary name, so an interrupted save leaves the previous one whole.
+    let (mp, mt) = (dir.join("model.bpk"), dir.join("model.next.bpk"));
+    net.clone().save_file(&mt).map_err(|e| format_error(&mt, e.to_string()))?;
+    std::fs::rename(&mt, &mp).map_err(io(&mp))?;
+    let (op, ot) = (dir.join("optim.bpk"), dir.join("optim.next.bpk"));
+    optim.save(&ot).map_err(|e| format_error(&ot, e.to_string()))?;
+    std::fs::rename(&ot, &op).map_err(io(&op))?;
+    let st = TrainState { step, rng: rng.state, options: opts.clone() };
+    let path = dir.join("state.json");
+    let text = serde_json::to_vec_pretty(&st).map_err(|e| format_error(&path, e.to_string()))?;
+    // state.json last: it names a step only once the module and optimizer files of that step exist.
+    write_atomic(&path, &text)
+}
