@@ -6,6 +6,7 @@ mod generate;
 mod load;
 mod model_dir;
 mod report;
+mod train;
 
 use clap::{Args, Parser, Subcommand};
 use domino_engine::HostDType;
@@ -44,6 +45,8 @@ enum Command {
     Report(ReportArgs),
     /// Write a random Qwen3-architecture model (for tests and benchmarks).
     RandomModel(RandomModelArgs),
+    /// Train drafters: `train data` (self-distillation), `train drafter` (burn).
+    Train(train::TrainArgs),
 }
 
 #[derive(Debug, Args)]
@@ -175,6 +178,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Report(a) => report_cmd(a),
         Command::RandomModel(a) => random_model(a),
+        Command::Train(a) => train::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

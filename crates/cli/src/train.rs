@@ -1,0 +1,275 @@
+//! `domino train data` (self-distillation through the engine) and `domino train drafter` (burn
+//! training with the base-anchored curriculum, export in the DFlash / Domino formats).
+
+use crate::load::{load_model, open_gpu, parse_dtype};
+use crate::{model_dir, CliError};
+use clap::{Args, Subcommand};
+use domino_models::drafter::default_target_layer_ids;
+use domino_models::tokenizer::{ChatMessage, TextTokenizer};
+use domino_models::{Checkpoint, Qwen3Config};
+use domino_train::distill::{generate_data, DistillOptions};
+use domino_train::{TrainError, TrainOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(subcommand)]
+    command: TrainCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TrainCommand {
+    /// Generate self-distillation data: the target's greedy continuations and its features.
+    Data(DataArgs),
+    /// Train a Domino drafter (or a DFlash backbone with --no-head) on such data.
+    Drafter(DrafterArgs),
+}
+
+#[derive(Debug, Args)]
+struct DataArgs {
+    /// Target model folder or Hugging Face repo id (default: the built-in tiny Qwen3).
+    #[arg(long)]
+    model: Option<String>,
+    /// Prompts: a .jsonl file of {"prompt": "..."} or {"prompt_ids": [...]} objects, or any other
+    /// file with one prompt per line.
+    #[arg(long)]
+    prompts: PathBuf,
+    #[arg(long)]
+    out: PathBuf,
+    /// Wrap each text prompt as a user message with the model's chat template (thinking disabled).
+    #[arg(long)]
+    chat: bool,
+    /// Tokens generated per prompt (fewer when the target stops at EOS).
+    #[arg(long, default_value_t = 256)]
+    max_new_tokens: usize,
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Target layers whose features are stored (default: z-lab's spacing for 5 layers, or the middle
+    /// layer of targets with fewer than 5 layers).
+    #[arg(long, value_delimiter = ',')]
+    target_layer_ids: Option<Vec<usize>>,
+    /// Prompts per shard (the unit of resuming).
+    #[arg(long, default_value_t = 32)]
+    shard_size: usize,
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    #[arg(long)]
+    adapter: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+struct DrafterArgs {
+    /// The target the data was made with.
+    #[arg(long)]
+    model: Option<String>,
+    /// A folder written by `domino train data`.
+    #[arg(long)]
+    data: PathBuf,
+    /// Where the drafter (config.json, model.safetensors) and the resumable state (train-state/) go.
+    #[arg(long)]
+    out: PathBuf,
+    /// Draft decoder layers.
+    #[arg(long, default_value_t = 1)]
+    layers: usize,
+    #[arg(long, default_value_t = 16)]
+    block_size: usize,
+    /// Domino head: width of the correction MLP.
+    #[arg(long, default_value_t = 64)]
+    emb_dim: usize,
+    /// Domino head: GRU state width.
+    #[arg(long, default_value_t = 128)]
+    gru_hidden: usize,
+    /// Must equal the data's (the default).
+    #[arg(long, value_delimiter = ',')]
+    target_layer_ids: Option<Vec<usize>>,
+    /// Target token id whose embedding fills the masked slots (default: vocab_size − 1).
+    #[arg(long)]
+    mask_token_id: Option<u32>,
+    #[arg(long, default_value_t = 1000)]
+    steps: usize,
+    #[arg(long, default_value_t = 6e-4)]
+    lr: f64,
+    /// λ (weight of the base-logit loss) falls from 1 to 0 over this share of the steps.
+    #[arg(long, default_value_t = 1.0)]
+    decay_ratio: f64,
+    #[arg(long, default_value_t = 0.04)]
+    warmup_ratio: f64,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// Random anchors per sequence.
+    #[arg(long, default_value_t = 64)]
+    anchors: usize,
+    #[arg(long, default_value_t = 0.01)]
+    weight_decay: f64,
+    /// Save the resumable state and export the drafter every N steps.
+    #[arg(long, default_value_t = 100)]
+    save_every: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Train a DFlash backbone (no Domino head, unshifted labels) and export the DFlash format.
+    #[arg(long)]
+    no_head: bool,
+    /// Run at most N steps now and save; running the same command again resumes.
+    #[arg(long)]
+    stop_after: Option<usize>,
+    /// Start the draft layers from random weights instead of the target's.
+    #[arg(long)]
+    no_target_init: bool,
+    /// cpu (burn's Flex backend) or wgpu (needs a build with the `wgpu` feature).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+pub fn run(args: TrainArgs) -> Result<(), CliError> {
+    match args.command {
+        TrainCommand::Data(a) => data(a),
+        TrainCommand::Drafter(a) => drafter(a),
+    }
+}
+
+fn train_error(e: TrainError) -> CliError {
+    CliError::Usage(e.to_string())
+}
+
+fn bar(len: u64, template: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+    bar
+}
+
+/// Prompts as token ids: jsonl objects with "prompt" (text) or "prompt_ids", or one text per line.
+fn read_prompts(path: &Path, tok: Option<&TextTokenizer>, chat: bool) -> Result<Vec<Vec<u32>>, CliError> {
+    let p = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::Usage(format!("--prompts {p}: {e}")))?;
+    let jsonl = path.extension().is_some_and(|e| e == "jsonl");
+    let encode = |s: &str, line: usize| -> Result<Vec<u32>, CliError> {
+        let tok = tok.ok_or_else(|| CliError::Usage(format!("--prompts {p}: line {line}: text prompts need the model's tokenizer.json (or use prompt_ids)")))?;
+        let s = if chat { tok.apply_chat_template(&[ChatMessage::new("user", s)], true, false)? } else { s.to_string() };
+        Ok(tok.encode(&s)?)
+    };
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if !jsonl {
+            out.push(encode(line, line_no)?);
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| CliError::Usage(format!("--prompts {p}: line {line_no}: malformed JSON: {e}")))?;
+        let ids = if let Some(s) = v.get("prompt").and_then(|s| s.as_str()) {
+            encode(s, line_no)?
+        } else if let Some(a) = v.get("prompt_ids").and_then(|a| a.as_array()) {
+            a.iter()
+                .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+                .collect::<Option<Vec<u32>>>()
+                .ok_or_else(|| CliError::Usage(format!("--prompts {p}: line {line_no}: prompt_ids must be token ids")))?
+        } else {
+            return Err(CliError::Usage(format!("--prompts {p}: line {line_no}: expected a string \"prompt\" or a list \"prompt_ids\"")));
+        };
+        if ids.is_empty() {
+            return Err(CliError::Usage(format!("--prompts {p}: line {line_no}: empty prompt")));
+        }
+        out.push(ids);
+    }
+    if out.is_empty() {
+        return Err(CliError::Usage(format!("--prompts {p}: no prompts")));
+    }
+    Ok(out)
+}
+
+fn data(a: DataArgs) -> Result<(), CliError> {
+    let format = parse_dtype(&a.dtype)?;
+    let dir = model_dir::resolve(a.model.as_deref())?;
+    let gpu = open_gpu(&a.backend, a.adapter)?;
+    let loaded = load_model(gpu, &dir, format, false)?;
+    let prompts = read_prompts(&a.prompts, loaded.tokenizer.as_ref(), a.chat)?;
+    let layers = loaded.model.config.num_layers;
+    let ids = match a.target_layer_ids {
+        Some(ids) => ids,
+        None => default_target_layer_ids(layers, 5.min(layers)).filter(|_| layers >= 5).unwrap_or(vec![layers / 2]),
+    };
+    let opts = DistillOptions {
+        max_new_tokens: a.max_new_tokens,
+        shard_size: a.shard_size,
+        target_layer_ids: ids.clone(),
+        stop_ids: loaded.stop_ids.clone(),
+        ignore_eos: a.ignore_eos,
+    };
+    let pb = bar(prompts.len() as u64, "{msg:>10} [{bar:40}] {pos}/{len} prompts ({elapsed}, eta {eta})");
+    pb.set_message("distilling");
+    let summary = generate_data(&loaded.model, &prompts, &a.out, &opts, &mut |done, _| pb.set_position(done as u64)).map_err(train_error)?;
+    pb.finish_and_clear();
+    eprintln!(
+        "wrote {}: {} prompts, features of target layers {ids:?}; {} shards written, {} already complete, {} tokens generated",
+        a.out.display(),
+        prompts.len(),
+        summary.shards_written,
+        summary.shards_skipped,
+        summary.generated_tokens
+    );
+    Ok(())
+}
+
+fn drafter(a: DrafterArgs) -> Result<(), CliError> {
+    let dir = model_dir::resolve(a.model.as_deref())?;
+    let target_cfg = Qwen3Config::from_file(&dir.join("config.json"))?;
+    let src = Checkpoint::open(&dir)?;
+    let device = match a.device.as_str() {
+        "cpu" => domino_train::cpu_device(),
+        #[cfg(feature = "wgpu")]
+        "wgpu" => domino_train::wgpu_device(),
+        #[cfg(not(feature = "wgpu"))]
+        "wgpu" => return Err(CliError::Usage("--device wgpu: this build has no burn wgpu backend (build with `--features wgpu`)".into())),
+        other => return Err(CliError::Usage(format!("--device {other}: expected cpu or wgpu"))),
+    };
+    let opts = TrainOptions {
+        domino: !a.no_head,
+        layers: a.layers,
+        block_size: a.block_size,
+        emb_dim: a.emb_dim,
+        gru_hidden: a.gru_hidden,
+        target_layer_ids: a.target_layer_ids,
+        mask_token_id: a.mask_token_id,
+        steps: a.steps,
+        lr: a.lr,
+        decay_ratio: a.decay_ratio,
+        warmup_ratio: a.warmup_ratio,
+        weight_decay: a.weight_decay,
+        batch: a.batch,
+        anchors: a.anchors,
+        save_every: a.save_every,
+        seed: a.seed,
+        init_from_target: !a.no_target_init,
+        ..TrainOptions::default()
+    };
+    let pb = bar(a.steps as u64, "[{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})");
+    let summary = domino_train::train(&target_cfg, &src, &a.data, &a.out, &opts, &device, a.stop_after, &mut |s: &domino_train::StepStats| {
+        let acc: Vec<String> = s.slot_accuracy.iter().take(6).map(|x| format!("{x:.2}")).collect();
+        pb.set_position(s.step as u64);
+        pb.set_message(format!("loss {:.3} λ {:.2} lr {:.1e} acc {}", s.loss, s.lambda, s.lr, acc.join(" ")));
+    })
+    .map_err(train_error)?;
+    pb.finish_and_clear();
+    let acc: Vec<String> = summary.last.slot_accuracy.iter().map(|x| format!("{x:.2}")).collect();
+    if summary.resumed_from > 0 {
+        eprintln!("resumed at step {}", summary.resumed_from);
+    }
+    eprintln!(
+        "wrote {} ({:?}, {} layers, block {}, layers copied from the target {:?}): step {} loss {:.4}, per-draft top-1 accuracy {}",
+        a.out.display(),
+        summary.config.kind,
+        summary.config.num_layers,
+        summary.config.block_size,
+        summary.init.copied_layers,
+        summary.last.step,
+        summary.last.loss,
+        acc.join(" ")
+    );
+    Ok(())
+}
