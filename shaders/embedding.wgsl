@@ -7,9 +7,11 @@
 // Bindings (group 0):
 //   0 uniform  Params (dynamic offset)
 //   1 storage  ids: array<u32>, token of row r at ids[ids_offset + r]
-//   2 storage  w: the chunk; F32 -> array<f32>; F16 -> array<f16>; else array<u32> of packed f16 pairs
+//   2 storage  w: the chunk; F32 -> array<f32>; F16 -> array<f16>; Q8_0 / Q4_0 / Q4_1 -> array<u32> in
+//              matmul_quant.wgsl's group layout; else array<u32> of packed f16 pairs
 //   3 storage  y: array<f32>, row r at y_offset + r * y_stride
-// One invocation per (row, channel). Pure gather: batch-invariant.
+// One invocation per (row, channel). Pure gather: batch-invariant. Quantized values are dequantized
+// exactly as matmul_quant.wgsl does (q·d, (q-8)·d, q·d+m).
 
 struct Params {
     n_rows: u32,
@@ -33,14 +35,43 @@ struct Params {
 #endif
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
-fn load(i: u32) -> f32 {
+#if !F32
+#if !F16
+// The f16 at half h of word i (packed f16 pairs and quantized scales).
+fn half_at(i: u32, h: u32) -> f32 {
+    let pair = unpack2x16float(w[i]);
+    return select(pair.x, pair.y, h == 1u);
+}
+#endif
+#endif
+
+// Channel j of vocabulary column `col` (relative to the chunk).
+fn load(j: u32, col: u32) -> f32 {
 #if F32
-    return w[i];
+    return w[j * p.wcols + col];
 #elif F16
-    return f32(w[i]);
+    return f32(w[j * p.wcols + col]);
+#elif Q8_0
+    let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 136u;
+    let i = j % 32u;
+    let c = col % 16u;
+    let q = bitcast<i32>(w[base + (i / 4u) * 16u + c] << (24u - 8u * (i % 4u))) >> 24u;
+    return f32(q) * half_at(base + 128u + c / 2u, c % 2u);
+#elif Q4_0
+    let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 72u;
+    let i = j % 32u;
+    let c = col % 16u;
+    let q = (w[base + (i / 8u) * 16u + c] >> (4u * (i % 8u))) & 15u;
+    return (f32(q) - 8.0) * half_at(base + 64u + c / 2u, c % 2u);
+#elif Q4_1
+    let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 80u;
+    let i = j % 32u;
+    let c = col % 16u;
+    let q = (w[base + (i / 8u) * 16u + c] >> (4u * (i % 8u))) & 15u;
+    return fma(f32(q), half_at(base + 64u + c / 2u, c % 2u), half_at(base + 72u + c / 2u, c % 2u));
 #else
-    let pair = unpack2x16float(w[i / 2u]);
-    return select(pair.x, pair.y, (i & 1u) == 1u);
+    let i = j * p.wcols + col;
+    return half_at(i / 2u, i & 1u);
 #endif
 }
 
@@ -56,5 +87,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (token < p.col0 || token >= p.col0 + p.cols) {
         return;
     }
-    y[p.y_offset + row * p.y_stride + j] = load(j * p.wcols + (token - p.col0));
+    y[p.y_offset + row * p.y_stride + j] = load(j, token - p.col0);
 }

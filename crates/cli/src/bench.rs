@@ -2,11 +2,11 @@
 //! drafter, of the speculative modes), the decode step's effective weight bandwidth next to the
 //! adapter's copy bandwidth measured in the same run, and a `domino-bench/1` report.
 
-use crate::load::{load_model, parse_dtype};
+use crate::load::{drafter_format, load_model, parse_dtype};
 use crate::report::{self, AdapterFacts, AdapterReport, BenchReport, ModeReport, Workload};
 use crate::{model_dir, CliError};
 use clap::Args;
-use domino_engine::{list_adapters, BackendChoice, Gpu, GpuOptions, WeightFormat};
+use domino_engine::{list_adapters, BackendChoice, DTypeChoice, Gpu, GpuOptions};
 use domino_models::drafter_gpu::DrafterModel;
 use domino_models::tokenizer::TextTokenizer;
 use domino_models::{Qwen3Config, Qwen3Model};
@@ -32,7 +32,8 @@ pub struct BenchArgs {
     /// Timed runs per prompt (after one warm-up run).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    #[arg(long, default_value = "f16")]
+    /// auto (as stored), f16, f32, q8_0, q4_0 or q4_1 (see `domino generate --help`).
+    #[arg(long, default_value = "auto")]
     pub dtype: String,
     /// all (every adapter, one after another), auto, vulkan, metal, dx12 or gl.
     #[arg(long, default_value = "auto")]
@@ -105,13 +106,12 @@ pub fn read_prompt_file(path: &Path) -> Result<Vec<String>, CliError> {
 }
 
 /// (source, token ids of every prompt).
-fn prompt_set(args: &BenchArgs, dir: &Path, config: &Qwen3Config) -> Result<(String, Vec<Vec<u32>>), CliError> {
-    let tokenizer = if dir.join("tokenizer.json").exists() { Some(TextTokenizer::from_dir(dir)?) } else { None };
+fn prompt_set(args: &BenchArgs, config: &Qwen3Config, tokenizer: Option<TextTokenizer>) -> Result<(String, Vec<Vec<u32>>), CliError> {
     let (source, texts) = match &args.prompts {
         Some(path) => {
             let texts = read_prompt_file(path)?;
             if tokenizer.is_none() {
-                return Err(CliError::Usage(format!("--prompts {}: the model has no tokenizer.json", path.display())));
+                return Err(CliError::Usage(format!("--prompts {}: the model has no tokenizer", path.display())));
             }
             (path.display().to_string(), texts)
         }
@@ -193,7 +193,7 @@ fn mode_report(name: &str, m: &Measured, plain_tps: Option<f64>, weight_bytes: u
 fn bench_adapter(
     gpu: Arc<Gpu>,
     dir: &Path,
-    format: WeightFormat,
+    format: DTypeChoice,
     prompts: &[Vec<u32>],
     args: &BenchArgs,
     bar: &ProgressBar,
@@ -226,7 +226,7 @@ fn bench_adapter(
 
     if let Some(draft) = &args.draft {
         bar.set_message(format!("{label}: loading drafter"));
-        let drafter = crate::load::load_drafter(model, draft, args.block_size, format)?;
+        let drafter = crate::load::load_drafter(model, draft, args.block_size, drafter_format(format))?;
         let mut modes = vec![("backbone (--no-head)", false)];
         if drafter.head.is_some() {
             modes.push(("domino", true));
@@ -319,8 +319,8 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let format = parse_dtype(&args.dtype)?;
     let choice = BackendChoice::parse(&args.backend)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
-    let config = Qwen3Config::from_file(&dir.join("config.json"))?;
-    let (prompt_source, prompts) = prompt_set(&args, &dir, &config)?;
+    let files = domino_models::open_model(&dir)?;
+    let (prompt_source, prompts) = prompt_set(&args, &files.config, files.tokenizer)?;
 
     let mut adapters = pollster::block_on(list_adapters(choice));
     if adapters.is_empty() {

@@ -1,6 +1,6 @@
 //! `domino generate`: stream text to stdout, or print exactly one JSON object with --json.
 
-use crate::load::{load_model, open_gpu, parse_dtype};
+use crate::load::{drafter_format, load_model, open_gpu, parse_dtype};
 use crate::{model_dir, CliError};
 use clap::Args;
 use domino_engine::SamplingConfig;
@@ -38,8 +38,9 @@ pub struct GenerateArgs {
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// How weights are stored on the GPU.
-    #[arg(long, default_value = "f16")]
+    /// How weights are stored on the GPU: auto (as stored: GGUF blocks stay quantized, floats f16),
+    /// f16, f32, q8_0, q4_0 or q4_1.
+    #[arg(long, default_value = "auto")]
     pub dtype: String,
     /// auto, vulkan, metal, dx12 or gl.
     #[arg(long, default_value = "auto")]
@@ -73,7 +74,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     let prompt_ids: Vec<u32> = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) => {
-            let tok = tokenizer.ok_or_else(|| CliError::Usage(format!("{}: no tokenizer.json, use --prompt-ids", dir.display())))?;
+            let tok = tokenizer.ok_or_else(|| CliError::Usage(format!("{}: no tokenizer (tokenizer.json or GGUF tokenizer metadata), use --prompt-ids", dir.display())))?;
             let text = if args.chat { tok.apply_chat_template(&[ChatMessage::new("user", text.as_str())], true, false)? } else { text.clone() };
             tok.encode(&text)?
         }
@@ -113,7 +114,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             (pollster::block_on(session.generate(&prompt_ids, &opts, &mut on_token))?, None)
         }
         Some(draft) => {
-            let drafter = load_drafter(&loaded.model, draft, args.block_size, format)?;
+            let drafter = load_drafter(&loaded.model, draft, args.block_size, drafter_format(format))?;
             let mut session = SpeculativeSession::new(&loaded.model, &drafter, capacity)?;
             let spec = SpeculativeOptions { use_head: !args.no_head, timing: true };
             let (g, s) = pollster::block_on(session.generate(&prompt_ids, &opts, &spec, &mut on_token))?;

@@ -1,12 +1,12 @@
 //! Opening a device and loading a model folder with a progress bar on stderr.
 
 use crate::CliError;
-use domino_engine::{BackendChoice, Gpu, GpuOptions, WeightFormat};
-use domino_models::config::generation_eos;
+use domino_engine::{BackendChoice, DTypeChoice, Gpu, GpuOptions, WeightFormat};
 use domino_models::tokenizer::TextTokenizer;
+use domino_models::open_model;
 use domino_models::drafter::DrafterConfig;
 use domino_models::drafter_gpu::DrafterModel;
-use domino_models::{Checkpoint, Qwen3Config, Qwen3Model};
+use domino_models::{Checkpoint, Qwen3Model};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 use std::sync::Arc;
@@ -18,11 +18,18 @@ pub struct Loaded {
     pub stop_ids: Vec<u32>,
 }
 
-pub fn parse_dtype(s: &str) -> Result<WeightFormat, CliError> {
-    match s {
-        "f16" => Ok(WeightFormat::F16),
-        "f32" => Ok(WeightFormat::F32),
-        other => Err(CliError::Usage(format!("--dtype {other}: expected f16 or f32"))),
+/// `--dtype`: auto keeps each tensor as stored (GGUF blocks stay quantized, floats become f16);
+/// f16 / f32 dequantize or convert everything; q8_0 / q4_0 / q4_1 quantize float weights at load.
+pub fn parse_dtype(s: &str) -> Result<DTypeChoice, CliError> {
+    DTypeChoice::parse(s).ok_or_else(|| CliError::Usage(format!("--dtype {s}: expected auto, f16, f32, q8_0, q4_0 or q4_1")))
+}
+
+/// Drafters are float checkpoints: f32 when asked for, f16 otherwise.
+pub fn drafter_format(choice: DTypeChoice) -> WeightFormat {
+    if choice == DTypeChoice::Format(WeightFormat::F32) {
+        WeightFormat::F32
+    } else {
+        WeightFormat::F16
     }
 }
 
@@ -31,10 +38,9 @@ pub fn open_gpu(backend: &str, adapter: Option<usize>) -> Result<Arc<Gpu>, CliEr
     Ok(pollster::block_on(Gpu::new(&GpuOptions { backend, adapter, ..Default::default() }))?)
 }
 
-pub fn load_model(gpu: Arc<Gpu>, dir: &Path, format: WeightFormat, quiet: bool) -> Result<Loaded, CliError> {
-    let config = Qwen3Config::from_file(&dir.join("config.json"))?;
-    let tokenizer = if dir.join("tokenizer.json").exists() { Some(TextTokenizer::from_dir(dir)?) } else { None };
-    let ckpt = Checkpoint::open(dir)?;
+/// Load a model folder (config.json + safetensors) or GGUF file onto `gpu`.
+pub fn load_model(gpu: Arc<Gpu>, path: &Path, dtype: DTypeChoice, quiet: bool) -> Result<Loaded, CliError> {
+    let files = open_model(path)?;
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
     bar.set_style(
         ProgressStyle::with_template("{msg:>12} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})")
@@ -42,19 +48,12 @@ pub fn load_model(gpu: Arc<Gpu>, dir: &Path, format: WeightFormat, quiet: bool) 
             .progress_chars("=> "),
     );
     bar.set_message("loading");
-    let model = Qwen3Model::load(gpu, config, &ckpt, format, &mut |done, total, _name| {
+    let model = Qwen3Model::load_with(gpu, files.config, files.weights.as_ref(), dtype, &mut |done, total, _name| {
         bar.set_length(total);
         bar.set_position(done);
     })?;
     bar.finish_and_clear();
-    let mut stop_ids = model.config.eos_token_ids.clone();
-    stop_ids.extend(generation_eos(dir)?);
-    if let Some(t) = &tokenizer {
-        stop_ids.extend(t.eos_token_ids());
-    }
-    stop_ids.sort();
-    stop_ids.dedup();
-    Ok(Loaded { model, tokenizer, stop_ids })
+    Ok(Loaded { model, tokenizer: files.tokenizer, stop_ids: files.stop_ids })
 }
 
 /// Load a DFlash / Domino drafter folder for `target`, optionally with another block size.

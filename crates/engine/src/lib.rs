@@ -5,6 +5,7 @@ pub mod bandwidth;
 pub mod context;
 pub mod error;
 pub mod kernels;
+pub mod quant;
 pub mod reference;
 pub mod shader;
 pub mod step;
@@ -15,4 +16,5 @@ pub use context::{list_adapters, AdapterSummary, BackendChoice, Caps, Gpu, GpuBu
 pub use error::{EngineError, Result};
 pub use kernels::{Epilogue, Rows, SamplingConfig};
 pub use step::Step;
-pub use tensor::{HostDType, HostTensor, Matrix, WeightFormat};
+pub use quant::QuantType;
+pub use tensor::{DTypeChoice, HostDType, HostTensor, Matrix, WeightFormat};

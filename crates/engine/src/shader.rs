@@ -8,6 +8,7 @@ use crate::error::{EngineError, Result};
 use std::collections::BTreeMap;
 
 pub const MATMUL: &str = include_str!("../../../shaders/matmul.wgsl");
+pub const MATMUL_QUANT: &str = include_str!("../../../shaders/matmul_quant.wgsl");
 pub const RMSNORM: &str = include_str!("../../../shaders/rmsnorm.wgsl");
 pub const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
 pub const ATTENTION: &str = include_str!("../../../shaders/attention.wgsl");

@@ -1,9 +1,11 @@
 //! Weights on the GPU. Matrices are stored transposed, `[in][out]` with out padded to a multiple of 16,
 //! so matmul invocations read neighbouring columns; a matrix too large for one storage binding is split
-//! into column chunks, each its own buffer. Source data comes from the host as f32 / f16 / bf16 bytes.
+//! into column chunks, each its own buffer. Source data comes from the host as f32 / f16 / bf16 bytes
+//! or GGML quantized blocks; quantized formats keep their blocks on the GPU (see quant.rs for the layout).
 
 use crate::context::{Gpu, GpuBuffer};
 use crate::error::{EngineError, Result};
+use crate::quant::{QuantType, GROUP_COLS, QK};
 use half::{bf16, f16};
 use std::sync::Arc;
 
@@ -13,13 +15,25 @@ pub enum HostDType {
     F32,
     F16,
     BF16,
+    /// GGML blocks of 32 values along each row.
+    Quant(QuantType),
 }
 
 impl HostDType {
-    pub fn size(self) -> usize {
+    /// Bytes of `n` values (for quantized types n must be a whole number of blocks).
+    pub fn bytes_for(self, n: usize) -> usize {
         match self {
-            Self::F32 => 4,
-            Self::F16 | Self::BF16 => 2,
+            Self::F32 => 4 * n,
+            Self::F16 | Self::BF16 => 2 * n,
+            Self::Quant(q) => n / QK * q.block_bytes(),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::BF16 => "bf16",
+            Self::Quant(q) => q.name(),
         }
     }
 }
@@ -29,20 +43,55 @@ impl HostDType {
 pub enum WeightFormat {
     F32,
     F16,
+    /// GGML blocks kept quantized; matmul_quant.wgsl dequantizes while it multiplies.
+    Quant(QuantType),
 }
 
 impl WeightFormat {
-    pub fn size(self) -> usize {
-        match self {
-            Self::F32 => 4,
-            Self::F16 => 2,
-        }
-    }
     pub fn name(self) -> &'static str {
         match self {
             Self::F32 => "f32",
             Self::F16 => "f16",
+            Self::Quant(q) => q.name(),
         }
+    }
+
+    /// Parse a `--dtype` value: f16, f32, q8_0, q4_0 or q4_1.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "f16" => Some(Self::F16),
+            "f32" => Some(Self::F32),
+            "q8_0" => Some(Self::Quant(QuantType::Q8_0)),
+            "q4_0" => Some(Self::Quant(QuantType::Q4_0)),
+            "q4_1" => Some(Self::Quant(QuantType::Q4_1)),
+            _ => None,
+        }
+    }
+}
+
+/// What `--dtype` asked for: one format for every matrix, or each tensor as stored (quantized blocks
+/// stay quantized, float tensors become f16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DTypeChoice {
+    AsStored,
+    Format(WeightFormat),
+}
+
+impl DTypeChoice {
+    pub fn format_for(self, stored: HostDType) -> WeightFormat {
+        match (self, stored) {
+            (Self::Format(f), _) => f,
+            (Self::AsStored, HostDType::Quant(q)) => WeightFormat::Quant(q),
+            (Self::AsStored, _) => WeightFormat::F16,
+        }
+    }
+
+    /// Parse `--dtype`: auto (as stored), f16, f32, q8_0, q4_0, q4_1.
+    pub fn parse(s: &str) -> Option<Self> {
+        if s == "auto" {
+            return Some(Self::AsStored);
+        }
+        WeightFormat::parse(s).map(Self::Format)
     }
 }
 
@@ -59,7 +108,13 @@ pub struct HostTensor<'a> {
 
 impl<'a> HostTensor<'a> {
     pub fn new(name: &'a str, dtype: HostDType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self> {
-        let want = rows * cols * dtype.size();
+        if matches!(dtype, HostDType::Quant(_)) && cols % QK != 0 {
+            return Err(EngineError::Tensor {
+                name: name.to_string(),
+                message: format!("{} rows of {cols} values are not whole blocks of {QK}", dtype.name()),
+            });
+        }
+        let want = dtype.bytes_for(rows * cols);
         if data.len() != want {
             return Err(EngineError::Tensor {
                 name: name.to_string(),
@@ -75,11 +130,46 @@ impl<'a> HostTensor<'a> {
             HostDType::F32 => f32::from_le_bytes(self.data[4 * i..4 * i + 4].try_into().unwrap_or([0; 4])),
             HostDType::F16 => f16::from_bits(u16::from_le_bytes([self.data[2 * i], self.data[2 * i + 1]])).to_f32(),
             HostDType::BF16 => bf16::from_bits(u16::from_le_bytes([self.data[2 * i], self.data[2 * i + 1]])).to_f32(),
+            HostDType::Quant(q) => {
+                let mut block = [0f32; QK];
+                let b = i / QK * q.block_bytes();
+                q.dequantize_block(&self.data[b..b + q.block_bytes()], &mut block);
+                block[i % QK]
+            }
+        }
+    }
+
+    /// Values [start, start + out.len()) of row `row`, decoding quantized data a block at a time.
+    pub fn read_row(&self, row: usize, start: usize, out: &mut [f32]) {
+        let base = row * self.cols + start;
+        match self.dtype {
+            HostDType::Quant(q) => {
+                let mut block = [0f32; QK];
+                let mut decoded = usize::MAX;
+                for (j, o) in out.iter_mut().enumerate() {
+                    let i = base + j;
+                    if i / QK != decoded {
+                        decoded = i / QK;
+                        let b = decoded * q.block_bytes();
+                        q.dequantize_block(&self.data[b..b + q.block_bytes()], &mut block);
+                    }
+                    *o = block[i % QK];
+                }
+            }
+            _ => {
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = self.get(base + j);
+                }
+            }
         }
     }
 
     pub fn to_f32(&self) -> Vec<f32> {
-        (0..self.rows * self.cols).map(|i| self.get(i)).collect()
+        let mut out = vec![0f32; self.rows * self.cols];
+        for (r, row) in out.chunks_mut(self.cols.max(1)).enumerate() {
+            self.read_row(r, 0, row);
+        }
+        out
     }
 }
 
@@ -120,7 +210,10 @@ impl Matrix {
     /// As `upload`, with chunks of at most `limit` bytes (tests force splitting with a small limit).
     pub fn upload_chunked(gpu: &Gpu, host: &HostTensor, format: WeightFormat, limit: u64, progress: &mut dyn FnMut(u64)) -> Result<Matrix> {
         let (n, k) = (host.rows, host.cols);
-        let esize = format.size() as u64;
+        if let WeightFormat::Quant(q) = format {
+            return Self::upload_quantized(gpu, host, q, limit, progress);
+        }
+        let esize: u64 = if format == WeightFormat::F32 { 4 } else { 2 };
         let max_cols = (limit / (k.max(1) as u64 * esize)) / COLUMN_ALIGN as u64 * COLUMN_ALIGN as u64;
         if max_cols == 0 {
             return Err(EngineError::LimitTooSmall {
@@ -140,30 +233,98 @@ impl Matrix {
             // Upload in pieces of whole k-rows (~4 MiB) with a blocked transpose.
             let piece_rows = ((4usize << 20) / (wcols * esize as usize)).max(1);
             let mut k0 = 0;
+            let mut column = vec![0f32; piece_rows.min(k)];
             while k0 < k {
                 let kr = piece_rows.min(k - k0);
                 let mut f32s = vec![0f32; kr * wcols];
                 for c in 0..cols {
-                    let src = (col0 + c) * k + k0;
-                    for r in 0..kr {
-                        f32s[r * wcols + c] = host.get(src + r);
+                    host.read_row(col0 + c, k0, &mut column[..kr]);
+                    for (r, v) in column[..kr].iter().enumerate() {
+                        f32s[r * wcols + c] = *v;
                     }
                 }
                 let offset = (k0 * wcols) as u64;
                 match format {
                     WeightFormat::F32 => gpu.write(&buffer, offset, &f32s),
-                    WeightFormat::F16 => {
+                    _ => {
                         let h: Vec<u16> = f32s.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
                         gpu.write(&buffer, offset, &h)
                     }
                 }
-                progress(kr as u64 * cols as u64 * host.dtype.size() as u64);
+                progress(host.dtype.bytes_for(kr * cols) as u64);
                 k0 += kr;
             }
             chunks.push(MatrixChunk { buffer, col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
             col0 += cols;
         }
         Ok(Matrix { name: host.name.to_string(), k, n, format, chunks })
+    }
+
+    /// Upload keeping (or converting to) GGML blocks: chunk layout `[k / 32][wcols / 16]` groups of
+    /// `q.gpu_group_words()` u32 (quant.rs). Blocks already of type `q` are repacked bit for bit;
+    /// anything else is dequantized to f32 and quantized with llama.cpp's reference rounding.
+    fn upload_quantized(gpu: &Gpu, host: &HostTensor, q: QuantType, limit: u64, progress: &mut dyn FnMut(u64)) -> Result<Matrix> {
+        let (n, k) = (host.rows, host.cols);
+        if k % QK != 0 {
+            return Err(EngineError::Tensor {
+                name: host.name.to_string(),
+                message: format!("cannot store as {}: {k} inputs are not a multiple of the block size {QK}", q.name()),
+            });
+        }
+        let kb = k / QK;
+        let words = q.gpu_group_words();
+        let group_bytes = (words * 4) as u64;
+        let max_groups = limit / (kb as u64 * group_bytes);
+        if max_groups == 0 {
+            return Err(EngineError::LimitTooSmall {
+                what: format!("16 columns of tensor '{}' ({k} inputs, {})", host.name, q.name()),
+                needed: kb as u64 * group_bytes,
+                limit,
+                limit_name: "max_storage_buffer_binding_size",
+                adapter: gpu.info.name.clone(),
+            });
+        }
+        let max_cols = max_groups as usize * GROUP_COLS;
+        let same = host.dtype == HostDType::Quant(q);
+        let bb = q.block_bytes();
+        let mut chunks = Vec::new();
+        let mut col0 = 0usize;
+        let mut values = vec![0f32; QK];
+        let mut block = vec![0u8; bb];
+        while col0 < n {
+            let cols = (n - col0).min(max_cols);
+            let groups = cols.div_ceil(GROUP_COLS);
+            let wcols = groups * GROUP_COLS;
+            let buffer = gpu.buffer(&format!("{}[{col0}..]", host.name), kb as u64 * groups as u64 * group_bytes)?;
+            // Pieces of whole block-rows (~4 MiB), zero-padded past `cols` (d = 0 dequantizes to 0).
+            let piece = ((4usize << 20) / (groups * words * 4)).max(1);
+            let mut b0 = 0;
+            while b0 < kb {
+                let nb = piece.min(kb - b0);
+                let mut out = vec![0u32; nb * groups * words];
+                for c in 0..cols {
+                    let (g, cc) = (c / GROUP_COLS, c % GROUP_COLS);
+                    for b in b0..b0 + nb {
+                        let src: &[u8] = if same {
+                            let at = ((col0 + c) * kb + b) * bb;
+                            &host.data[at..at + bb]
+                        } else {
+                            host.read_row(col0 + c, b * QK, &mut values);
+                            q.quantize_block(&values, &mut block);
+                            &block
+                        };
+                        let at = ((b - b0) * groups + g) * words;
+                        q.pack_gpu(src, cc, &mut out[at..at + words]);
+                    }
+                }
+                gpu.write(&buffer, (b0 * groups * words) as u64, &out);
+                progress(host.dtype.bytes_for(nb * QK * cols) as u64);
+                b0 += nb;
+            }
+            chunks.push(MatrixChunk { buffer, col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
+            col0 += cols;
+        }
+        Ok(Matrix { name: host.name.to_string(), k, n, format: WeightFormat::Quant(q), chunks })
     }
 
     /// Upload from f32 values in `[n, k]` layout (tests, constructed models).

@@ -46,7 +46,7 @@ fn matmul_matches_reference_and_is_batch_invariant() {
                 // The reference sees the weights as the GPU stores them.
                 let wq: Vec<f32> = match format {
                     WeightFormat::F32 => wv.clone(),
-                    WeightFormat::F16 => wv.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+                    _ => wv.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
                 };
                 let x_all = rng.vec(17 * k, 1.0);
                 let alone: Vec<Vec<f32>> =

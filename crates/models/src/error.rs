@@ -12,7 +12,7 @@ pub enum ModelError {
     Json { path: PathBuf, message: String },
     #[error("{path}: {message}")]
     Config { path: PathBuf, message: String },
-    #[error("{path}: unsupported architecture {arch}: this build runs Qwen3ForCausalLM (model_type qwen3)")]
+    #[error("{path}: unsupported architecture {arch}: this build runs Qwen3ForCausalLM and LlamaForCausalLM (GGUF: llama, qwen3)")]
     UnknownArchitecture { path: PathBuf, arch: String },
     #[error("{path}: corrupt or truncated safetensors file: {message}")]
     Safetensors { path: PathBuf, message: String },
@@ -20,7 +20,9 @@ pub enum ModelError {
     MissingTensor { name: String, where_: String },
     #[error("tensor {name}: expected shape {expected:?}, found {found:?} (in {path})")]
     Shape { name: String, expected: Vec<usize>, found: Vec<usize>, path: PathBuf },
-    #[error("tensor {name}: unsupported dtype {dtype} (in {path}); expected F32, F16 or BF16")]
+    #[error("{path}: corrupt or unsupported GGUF file: {message}")]
+    Gguf { path: PathBuf, message: String },
+    #[error("tensor {name}: unsupported dtype {dtype} (in {path}); expected F32, F16, BF16, Q8_0, Q4_0 or Q4_1")]
     DType { name: String, dtype: String, path: PathBuf },
     #[error("tokenizer: {0}")]
     Tokenizer(String),

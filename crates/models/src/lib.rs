@@ -1,5 +1,6 @@
-//! Model formats and forward passes for Domino: Qwen3 config.json, safetensors (single and sharded,
-//! memory-mapped), the tokenizer and chat template, and the Qwen3 forward built on domino-engine.
+//! Model formats and forward passes for Domino: Qwen3/Llama config.json, safetensors (single and
+//! sharded, memory-mapped), GGUF (metadata, quantized tensors, tokenizer), the tokenizer and chat
+//! template, and the Qwen3/Llama forward built on domino-engine.
 
 pub mod checkpoint;
 pub mod config;
@@ -7,8 +8,13 @@ pub mod drafter;
 pub mod drafter_gpu;
 pub mod drafter_reference;
 pub mod error;
+pub mod gguf;
+pub mod gguf_model;
+pub mod gguf_tokenizer;
+pub mod gguf_writer;
 pub mod qwen3;
 pub mod reference;
+pub mod source;
 pub mod testing;
 pub mod tokenizer;
 
@@ -16,3 +22,4 @@ pub use checkpoint::{Checkpoint, WeightSource};
 pub use config::Qwen3Config;
 pub use error::{ModelError, Result};
 pub use qwen3::{Forward, ForwardState, Qwen3Model};
+pub use source::{open_model, ModelFiles};

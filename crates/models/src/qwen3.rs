@@ -7,7 +7,7 @@ use crate::checkpoint::{expect_shape, expect_tensor, RawTensor, WeightSource};
 use crate::config::Qwen3Config;
 use crate::error::Result;
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
-use domino_engine::{Epilogue, Gpu, GpuBuffer, HostTensor, Matrix, Rows, Step, WeightFormat};
+use domino_engine::{DTypeChoice, Epilogue, Gpu, GpuBuffer, HostTensor, Matrix, Rows, Step, WeightFormat};
 use std::sync::Arc;
 
 pub struct LayerWeights {
@@ -101,6 +101,11 @@ fn host<'a>(name: &'a str, t: &'a RawTensor<'_>) -> Result<HostTensor<'a>> {
 impl Qwen3Model {
     /// Load and upload every weight, validating names and shapes against `config`.
     pub fn load(gpu: Arc<Gpu>, config: Qwen3Config, src: &dyn WeightSource, format: WeightFormat, progress: Progress) -> Result<Self> {
+        Self::load_with(gpu, config, src, DTypeChoice::Format(format), progress)
+    }
+
+    /// As `load`, with `DTypeChoice::AsStored` keeping quantized tensors (GGUF) quantized.
+    pub fn load_with(gpu: Arc<Gpu>, config: Qwen3Config, src: &dyn WeightSource, dtype: DTypeChoice, progress: Progress) -> Result<Self> {
         let c = &config;
         let (h, qw, kvw, inter, v) = (c.hidden_size, c.q_width(), c.kv_width(), c.intermediate_size, c.vocab_size);
         let untied = !c.tie_word_embeddings;
@@ -133,8 +138,11 @@ impl Qwen3Model {
 
         let scope = gpu.begin_allocation_check();
         let mut done = 0u64;
+        let mut formats = Vec::new();
         let mut mat = |name: &str, n: usize, k: usize| -> Result<Matrix> {
             let t = expect_tensor(src, name, &[n, k])?;
+            let format = dtype.format_for(t.dtype);
+            formats.push(format);
             let m = Matrix::upload(&gpu, &host(name, &t)?, format, &mut |b| {
                 done += b;
                 progress(done, total, name);
@@ -172,6 +180,8 @@ impl Qwen3Model {
         let t = expect_tensor(src, "model.norm.weight", &[h])?;
         let norm = domino_engine::tensor::upload_vector(&gpu, &host("model.norm.weight", &t)?)?;
         gpu.end_allocation_check(scope, "the model weights")?;
+        // Reported as the format of the layers' matrices (the embedding may differ, as in GGUF files).
+        let format = formats.get(1).or(formats.first()).copied().unwrap_or(WeightFormat::F16);
         Ok(Self { gpu, config, format, embed, lm_head, layers, norm })
     }
 

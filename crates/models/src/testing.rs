@@ -56,21 +56,24 @@ pub const ENDOFTEXT: u32 = 256;
 pub const IM_START: u32 = 257;
 pub const IM_END: u32 = 258;
 
-const CHAT_TEMPLATE: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}";
+pub const CHAT_TEMPLATE: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}";
 
-fn encode(dtype: HostDType, v: &[f32]) -> Vec<u8> {
+/// Values in a file dtype (quantized types: rows of whole 32-value blocks).
+pub fn encode(dtype: HostDType, v: &[f32]) -> Vec<u8> {
     match dtype {
         HostDType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         HostDType::F16 => v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect(),
         HostDType::BF16 => v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect(),
+        HostDType::Quant(q) => domino_engine::quant::quantize(q, v),
     }
 }
 
-fn st_dtype(d: HostDType) -> safetensors::Dtype {
+fn st_dtype(d: HostDType, path: &Path) -> Result<safetensors::Dtype> {
     match d {
-        HostDType::F32 => safetensors::Dtype::F32,
-        HostDType::F16 => safetensors::Dtype::F16,
-        HostDType::BF16 => safetensors::Dtype::BF16,
+        HostDType::F32 => Ok(safetensors::Dtype::F32),
+        HostDType::F16 => Ok(safetensors::Dtype::F16),
+        HostDType::BF16 => Ok(safetensors::Dtype::BF16),
+        HostDType::Quant(q) => Err(ModelError::Safetensors { path: path.into(), message: format!("safetensors has no {} dtype (write GGUF instead)", q.name()) }),
     }
 }
 
@@ -197,7 +200,7 @@ pub fn write_tiny_model(dir: &Path, s: &TinySpec) -> Result<()> {
         let file = if shards == 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{:05}.safetensors", si + 1, shards) };
         let mut views = Vec::new();
         for (name, shape, bytes) in group {
-            let view = safetensors::tensor::TensorView::new(st_dtype(s.dtype), shape.clone(), bytes)
+            let view = safetensors::tensor::TensorView::new(st_dtype(s.dtype, &dir.join(&file))?, shape.clone(), bytes)
                 .map_err(|e| ModelError::Safetensors { path: dir.join(&file), message: format!("{e:?}") })?;
             views.push((name.clone(), view));
             weight_map.insert(name.clone(), serde_json::Value::String(file.clone()));
@@ -334,9 +337,10 @@ pub fn safetensors_bytes(dtype: HostDType, tensors: &[(String, Vec<usize>, Vec<f
     let encoded: Vec<(String, Vec<usize>, Vec<u8>)> =
         tensors.iter().map(|(n, shape, v)| (n.clone(), shape.clone(), encode(dtype, v))).collect();
     let st_err = |e: safetensors::SafeTensorError| ModelError::Safetensors { path: "model.safetensors".into(), message: format!("{e:?}") };
+    let st = st_dtype(dtype, Path::new("model.safetensors"))?;
     let mut views = Vec::new();
     for (name, shape, bytes) in &encoded {
-        views.push((name.clone(), safetensors::tensor::TensorView::new(st_dtype(dtype), shape.clone(), bytes).map_err(st_err)?));
+        views.push((name.clone(), safetensors::tensor::TensorView::new(st, shape.clone(), bytes).map_err(st_err)?));
     }
     safetensors::serialize(views, None).map_err(st_err)
 }

@@ -97,7 +97,7 @@ impl BlobFile {
                 other => Err(other.to_string()),
             };
             if let Ok(d) = dtype {
-                let want = shape.iter().product::<usize>() as u64 * d.size() as u64;
+                let want = d.bytes_for(shape.iter().product::<usize>()) as u64;
                 if want != end - start {
                     return Err(bad(&format!("{} bytes for shape {shape:?} {dtype_name}, expected {want}", end - start)));
                 }

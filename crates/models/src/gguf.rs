@@ -1,0 +1,388 @@
+//! GGUF files (v2 and v3): header, metadata, tensor index and tensor data, memory-mapped natively.
+//!
+//! Everything read from the file is bounds-checked, so a truncated or corrupt file is refused with
+//! an error naming the file and what was wrong, never a panic or a huge allocation. Tensor types:
+//! F32, F16, BF16, Q8_0, Q4_0 and Q4_1; any other type is reported by name when its tensor is used.
+
+use crate::error::{ModelError, Result};
+use domino_engine::{HostDType, QuantType};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 4] = b"GGUF";
+const DEFAULT_ALIGNMENT: u64 = 32;
+
+/// A metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GgufValue {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+    Bool(bool),
+    String(String),
+    Array(Vec<GgufValue>),
+}
+
+impl GgufValue {
+    /// Any integer type that fits in u64 (GGUF writers differ in which width they use).
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Self::U8(v) => Some(v as u64),
+            Self::U16(v) => Some(v as u64),
+            Self::U32(v) => Some(v as u64),
+            Self::U64(v) => Some(v),
+            Self::I8(v) => u64::try_from(v).ok(),
+            Self::I16(v) => u64::try_from(v).ok(),
+            Self::I32(v) => u64::try_from(v).ok(),
+            Self::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Self::F32(v) => Some(v as f64),
+            Self::F64(v) => Some(v),
+            _ => self.as_u64().map(|v| v as f64),
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Self::String(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Self::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+    pub fn as_array(&self) -> Option<&[GgufValue]> {
+        match self {
+            Self::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+    fn type_name(&self) -> &'static str {
+        match self {
+            Self::U8(_) => "u8",
+            Self::I8(_) => "i8",
+            Self::U16(_) => "u16",
+            Self::I16(_) => "i16",
+            Self::U32(_) => "u32",
+            Self::I32(_) => "i32",
+            Self::U64(_) => "u64",
+            Self::I64(_) => "i64",
+            Self::F32(_) => "f32",
+            Self::F64(_) => "f64",
+            Self::Bool(_) => "bool",
+            Self::String(_) => "string",
+            Self::Array(_) => "array",
+        }
+    }
+}
+
+/// One entry of the tensor index. `dims` are in GGML order: dims[0] is the innermost (contiguous)
+/// dimension, so a `[rows, cols]` matrix has dims `[cols, rows]`.
+#[derive(Debug, Clone)]
+pub struct GgufTensorInfo {
+    pub name: String,
+    pub dims: Vec<u64>,
+    /// The GGML type id (0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0, 30 BF16, ...).
+    pub ggml_type: u32,
+    /// Offset from the start of the data section.
+    pub offset: u64,
+}
+
+impl GgufTensorInfo {
+    pub fn elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+    /// Shape in row-major (PyTorch) order.
+    pub fn shape(&self) -> Vec<usize> {
+        self.dims.iter().rev().map(|&d| d as usize).collect()
+    }
+    /// The host dtype, or the unsupported GGML type's name.
+    pub fn dtype(&self) -> std::result::Result<HostDType, String> {
+        match self.ggml_type {
+            0 => Ok(HostDType::F32),
+            1 => Ok(HostDType::F16),
+            2 => Ok(HostDType::Quant(QuantType::Q4_0)),
+            3 => Ok(HostDType::Quant(QuantType::Q4_1)),
+            8 => Ok(HostDType::Quant(QuantType::Q8_0)),
+            30 => Ok(HostDType::BF16),
+            other => Err(ggml_type_name(other)),
+        }
+    }
+}
+
+/// GGML's names for the types this reader does not support (for error messages).
+fn ggml_type_name(t: u32) -> String {
+    const NAMES: [&str; 40] = [
+        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+        "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64",
+        "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",
+    ];
+    NAMES.get(t as usize).map(|n| n.to_string()).unwrap_or_else(|| format!("unknown type {t}"))
+}
+
+/// A parsed GGUF file: metadata and tensor index, with the bytes kept mapped (or in memory).
+pub struct GgufFile {
+    pub path: PathBuf,
+    pub version: u32,
+    metadata: Vec<(String, GgufValue)>,
+    meta_index: HashMap<String, usize>,
+    pub tensors: Vec<GgufTensorInfo>,
+    tensor_index: HashMap<String, usize>,
+    data_start: usize,
+    bytes: Box<dyn AsRef<[u8]> + Send + Sync>,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile").field("path", &self.path).field("version", &self.version).field("tensors", &self.tensors.len()).finish()
+    }
+}
+
+/// A bounds-checked little-endian reader over the header.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    path: &'a Path,
+}
+
+impl<'a> Reader<'a> {
+    fn corrupt(&self, what: &str) -> ModelError {
+        ModelError::Gguf { path: self.path.into(), message: format!("{what} at byte {} (file is {} bytes): truncated or corrupt", self.pos, self.bytes.len()) }
+    }
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or_else(|| self.corrupt(what))?;
+        let s = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
+        let s = self.take(N, what)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+    /// A count that must be plausible for the bytes left (each item takes at least `min_item` bytes).
+    fn count(&mut self, what: &str, min_item: usize) -> Result<usize> {
+        let n = self.u64(what)?;
+        let left = (self.bytes.len() - self.pos) as u64;
+        if n.saturating_mul(min_item as u64) > left {
+            return Err(ModelError::Gguf { path: self.path.into(), message: format!("{what} {n} is larger than the file allows: truncated or corrupt") });
+        }
+        Ok(n as usize)
+    }
+    fn string(&mut self, what: &str) -> Result<String> {
+        let n = self.count(what, 1)?;
+        let s = self.take(n, what)?;
+        String::from_utf8(s.to_vec()).map_err(|_| self.corrupt(&format!("{what}: invalid UTF-8")))
+    }
+    fn value(&mut self, ty: u32, key: &str, depth: usize) -> Result<GgufValue> {
+        Ok(match ty {
+            0 => GgufValue::U8(self.array::<1>(key)?[0]),
+            1 => GgufValue::I8(self.array::<1>(key)?[0] as i8),
+            2 => GgufValue::U16(u16::from_le_bytes(self.array(key)?)),
+            3 => GgufValue::I16(i16::from_le_bytes(self.array(key)?)),
+            4 => GgufValue::U32(self.u32(key)?),
+            5 => GgufValue::I32(i32::from_le_bytes(self.array(key)?)),
+            6 => GgufValue::F32(f32::from_le_bytes(self.array(key)?)),
+            7 => GgufValue::Bool(self.array::<1>(key)?[0] != 0),
+            8 => GgufValue::String(self.string(key)?),
+            9 if depth == 0 => {
+                let item = self.u32(key)?;
+                let n = self.count(&format!("{key}: array length"), 1)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.value(item, key, depth + 1)?);
+                }
+                GgufValue::Array(v)
+            }
+            10 => GgufValue::U64(self.u64(key)?),
+            11 => GgufValue::I64(i64::from_le_bytes(self.array(key)?)),
+            12 => GgufValue::F64(f64::from_le_bytes(self.array(key)?)),
+            other => return Err(self.corrupt(&format!("metadata {key}: unknown value type {other}"))),
+        })
+    }
+}
+
+impl GgufFile {
+    /// Open and memory-map `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ModelError::Missing { path: path.into() },
+            _ => ModelError::Io { path: path.into(), source: e },
+        })?;
+        let bytes = crate::checkpoint::map_file(&file, path)?;
+        Self::parse(path, bytes)
+    }
+
+    /// Parse GGUF bytes already in memory; `path` only labels errors.
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self> {
+        Self::parse(path, Box::new(bytes))
+    }
+
+    fn parse(path: &Path, bytes: Box<dyn AsRef<[u8]> + Send + Sync>) -> Result<Self> {
+        let all: &[u8] = (*bytes).as_ref();
+        let mut r = Reader { bytes: all, pos: 0, path };
+        if r.take(4, "magic")? != MAGIC {
+            return Err(ModelError::Gguf { path: path.into(), message: "not a GGUF file (the first 4 bytes are not 'GGUF')".into() });
+        }
+        let version = r.u32("version")?;
+        if !(2..=3).contains(&version) {
+            return Err(ModelError::Gguf { path: path.into(), message: format!("GGUF version {version} is not supported (2 or 3)") });
+        }
+        let n_tensors = r.count("tensor count", 24)?;
+        let n_kv = r.count("metadata count", 12)?;
+        let mut metadata = Vec::with_capacity(n_kv);
+        let mut meta_index = HashMap::new();
+        for _ in 0..n_kv {
+            let key = r.string("metadata key")?;
+            let ty = r.u32(&key)?;
+            let v = r.value(ty, &key, 0)?;
+            meta_index.insert(key.clone(), metadata.len());
+            metadata.push((key, v));
+        }
+        let mut tensors = Vec::with_capacity(n_tensors);
+        let mut tensor_index = HashMap::new();
+        for _ in 0..n_tensors {
+            let name = r.string("tensor name")?;
+            let n_dims = r.u32(&name)? as usize;
+            if n_dims > 4 {
+                return Err(ModelError::Gguf { path: path.into(), message: format!("tensor {name}: {n_dims} dimensions (at most 4)") });
+            }
+            let mut dims = Vec::with_capacity(n_dims);
+            for _ in 0..n_dims {
+                dims.push(r.u64(&name)?);
+            }
+            let ggml_type = r.u32(&name)?;
+            let offset = r.u64(&name)?;
+            tensor_index.insert(name.clone(), tensors.len());
+            tensors.push(GgufTensorInfo { name, dims, ggml_type, offset });
+        }
+        let mut file = Self { path: path.into(), version, metadata, meta_index, tensors, tensor_index, data_start: 0, bytes: Box::new(Vec::<u8>::new()) };
+        let alignment = match file.get("general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some(v) => v.as_u64().filter(|a| a.is_power_of_two()).ok_or_else(|| ModelError::Gguf {
+                path: path.into(),
+                message: format!("general.alignment {v:?} is not a power of two"),
+            })?,
+        };
+        let data_start = (r.pos as u64).div_ceil(alignment) * alignment;
+        file.data_start = data_start as usize;
+        // Every tensor must lie inside the file, aligned: a truncated download fails here, up front.
+        let len = all.len() as u64;
+        for t in &file.tensors {
+            let bytes_needed = match t.dtype() {
+                Ok(d) => {
+                    let inner = t.dims.first().copied().unwrap_or(1);
+                    if matches!(d, HostDType::Quant(_)) && inner % 32 != 0 {
+                        return Err(ModelError::Gguf { path: path.into(), message: format!("tensor {}: {} rows of {inner} values are not whole blocks of 32", t.name, d.name()) });
+                    }
+                    d.bytes_for(t.elements() as usize) as u64
+                }
+                Err(_) => 0, // size unknown to us; reported by name if the tensor is used
+            };
+            if t.offset % alignment != 0 || data_start + t.offset + bytes_needed > len {
+                return Err(ModelError::Gguf {
+                    path: path.into(),
+                    message: format!(
+                        "tensor {}: data at offset {} ({} bytes) lies outside the file ({len} bytes) or is misaligned: truncated or corrupt",
+                        t.name, t.offset, bytes_needed
+                    ),
+                });
+            }
+        }
+        file.bytes = bytes;
+        Ok(file)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&GgufValue> {
+        self.meta_index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    /// All metadata in file order.
+    pub fn metadata(&self) -> impl Iterator<Item = (&str, &GgufValue)> {
+        self.metadata.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    fn wrong_type(&self, key: &str, want: &str) -> ModelError {
+        let found = self.get(key).map(|v| v.type_name()).unwrap_or("nothing");
+        ModelError::Gguf { path: self.path.clone(), message: format!("metadata {key}: expected {want}, found {found}") }
+    }
+
+    fn missing(&self, key: &str) -> ModelError {
+        ModelError::Gguf { path: self.path.clone(), message: format!("metadata key {key} is missing") }
+    }
+
+    /// An integer that must be present.
+    pub fn require_u64(&self, key: &str) -> Result<u64> {
+        self.get(key).ok_or_else(|| self.missing(key))?.as_u64().ok_or_else(|| self.wrong_type(key, "an integer"))
+    }
+
+    /// An optional integer (present with another type is an error).
+    pub fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
+        self.get(key).map(|v| v.as_u64().ok_or_else(|| self.wrong_type(key, "an integer"))).transpose()
+    }
+
+    pub fn opt_f64(&self, key: &str) -> Result<Option<f64>> {
+        self.get(key).map(|v| v.as_f64().ok_or_else(|| self.wrong_type(key, "a number"))).transpose()
+    }
+
+    pub fn opt_str(&self, key: &str) -> Result<Option<&str>> {
+        self.get(key).map(|v| v.as_str().ok_or_else(|| self.wrong_type(key, "a string"))).transpose()
+    }
+
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        self.get(key).map(|v| v.as_bool().ok_or_else(|| self.wrong_type(key, "a bool"))).transpose()
+    }
+
+    /// A string array (tokens, merges).
+    pub fn str_array(&self, key: &str) -> Result<Vec<&str>> {
+        let a = self.get(key).ok_or_else(|| self.missing(key))?.as_array().ok_or_else(|| self.wrong_type(key, "an array"))?;
+        a.iter().map(|v| v.as_str().ok_or_else(|| self.wrong_type(key, "an array of strings"))).collect()
+    }
+
+    /// An integer array (token types).
+    pub fn int_array(&self, key: &str) -> Result<Option<Vec<i64>>> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let a = v.as_array().ok_or_else(|| self.wrong_type(key, "an array"))?;
+        a.iter()
+            .map(|v| match *v {
+                GgufValue::I32(x) => Ok(x as i64),
+                GgufValue::I64(x) => Ok(x),
+                _ => v.as_u64().map(|x| x as i64).ok_or_else(|| self.wrong_type(key, "an array of integers")),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    pub fn tensor_info(&self, name: &str) -> Option<&GgufTensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// A tensor's dtype and bytes; an unsupported type is an error naming it.
+    pub fn tensor_data(&self, name: &str) -> Result<Option<(HostDType, &[u8])>> {
+        let Some(t) = self.tensor_info(name) else { return Ok(None) };
+        let dtype = t.dtype().map_err(|ty| ModelError::DType { name: name.into(), dtype: ty, path: self.path.clone() })?;
+        let start = self.data_start + t.offset as usize;
+        let len = dtype.bytes_for(t.elements() as usize);
+        Ok(Some((dtype, &(*self.bytes).as_ref()[start..start + len])))
+    }
+}

