@@ -74,7 +74,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     let prompt_ids: Vec<u32> = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) => {
-            let tok = tokenizer.ok_or_else(|| CliError::Usage(format!("{}: no tokenizer (tokenizer.json or GGUF tokenizer metadata), use --prompt-ids", dir.display())))?;
+            let tok = tokenizer.ok_or_else(|| CliError::Usage(format!("{}: no tokenizer.json, use --prompt-ids", dir.display())))?;
             let text = if args.chat { tok.apply_chat_template(&[ChatMessage::new("user", text.as_str())], true, false)? } else { text.clone() };
             tok.encode(&text)?
         }
