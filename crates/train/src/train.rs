@@ -284,7 +284,7 @@ pub fn train(
                 x.1 += y.1;
             });
         }
-        let loss = total.expect("batch >= 1").div_scalar(opts.batch as f64);
+        let loss = total.ok_or_else(|| TrainError::Invalid("--batch must be at least 1".into()))?.div_scalar(opts.batch as f64);
         let loss_value: f64 = loss.clone().detach().into_scalar::<f32>() as f64;
         if !loss_value.is_finite() {
             return Err(TrainError::Invalid(format!("the loss became {loss_value} at step {step}: try a lower --lr")));
