@@ -5,7 +5,7 @@
 //! GL adapter (no f16, no subgroups). A missing adapter is a test FAILURE, never a skip: set
 //! DOMINO_TEST_BACKENDS=vulkan (or gl) to narrow the set deliberately on a machine without one.
 
-use crate::context::{BackendChoice, Gpu, GpuOptions};
+use crate::context::{BackendChoice, Gpu, GpuBuffer, GpuOptions};
 use std::sync::Arc;
 
 /// Deterministic pseudo-random numbers for tests (xorshift), uniform in [-scale, scale).
@@ -49,4 +49,22 @@ pub fn test_gpus() -> Vec<(String, Arc<Gpu>)> {
         }
     }
     out
+}
+
+/// A storage buffer holding `data` (test inputs).
+pub fn upload_f32(gpu: &Gpu, data: &[f32]) -> Arc<GpuBuffer> {
+    let b = gpu.buffer("test", (data.len() * 4) as u64).unwrap_or_else(|e| panic!("test buffer: {e}"));
+    gpu.write(&b, 0, data);
+    b
+}
+
+/// The first `n` f32 values of `b`, waiting for the GPU.
+pub fn read_f32_blocking(gpu: &Gpu, b: &GpuBuffer, n: usize) -> Vec<f32> {
+    pollster::block_on(crate::step::read_f32(gpu, b, 0, n)).unwrap_or_else(|e| panic!("test readback: {e}"))
+}
+
+/// Largest absolute difference between two equally long slices.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }

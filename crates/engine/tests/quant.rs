@@ -4,28 +4,12 @@
 
 use domino_engine::quant::{self, QuantType};
 use domino_engine::reference;
-use domino_engine::step::read_f32;
 use domino_engine::testing::{test_gpus, Rng};
 use domino_engine::{kernels, Epilogue, Gpu, HostDType, HostTensor, Matrix, Rows, Step, WeightFormat};
-use pollster::block_on;
-use std::sync::Arc;
 
 const TYPES: [QuantType; 3] = [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1];
 
-fn upload(gpu: &Gpu, data: &[f32]) -> Arc<domino_engine::GpuBuffer> {
-    let b = gpu.buffer("test", (data.len() * 4) as u64).unwrap();
-    gpu.write(&b, 0, data);
-    b
-}
-
-fn read(gpu: &Gpu, b: &domino_engine::GpuBuffer, n: usize) -> Vec<f32> {
-    block_on(read_f32(gpu, b, 0, n)).unwrap()
-}
-
-fn max_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
+use domino_engine::testing::{max_abs_diff as max_err, read_f32_blocking as read, upload_f32 as upload};
 
 fn run_matmul(gpu: &Gpu, w: &Matrix, x: &[f32], rows: usize) -> Vec<f32> {
     let xb = upload(gpu, x);
