@@ -10,7 +10,7 @@
 //              unpack2x16float. The same bytes serve the native and the packed f16 variants.
 //   3 storage  w_up (GLU variant only): the up projection, same layout as w (the gate)
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
-// Defines: ROWS (rows per invocation: 1 for decode, 4 otherwise), F32 | F16, GLU.
+// Defines: ROWS (rows per invocation: 1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), F32 | F16, GLU.
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
 // order 0..k with explicit fma. No cross-invocation reduction exists, so a row's result is bit-identical

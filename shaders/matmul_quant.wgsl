@@ -14,7 +14,7 @@
 //              Columns past `cols` are zero blocks (d = 0). quant.rs writes this layout.
 //   3 storage  w_up (GLU variant only): the up projection, same layout
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
-// Defines: Q8_0 | Q4_0 | Q4_1, ROWS (1 for decode, 4 otherwise), GLU.
+// Defines: Q8_0 | Q4_0 | Q4_1, ROWS (1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), GLU.
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
 // order 0..k with fma of the dequantized weight (q·d, (q-8)·d or q·d+m: exact in f32, so identical to

@@ -6,10 +6,11 @@ use crate::{model_dir, CliError};
 use clap::{Args, Subcommand};
 use domino_models::drafter::default_target_layer_ids;
 use domino_models::tokenizer::{ChatMessage, TextTokenizer};
-use domino_models::{Checkpoint, Qwen3Config};
+use domino_models::open_model;
 use domino_train::distill::{generate_data, DistillOptions};
 use domino_train::{TrainError, TrainOptions};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -203,7 +204,14 @@ fn data(a: DataArgs) -> Result<(), CliError> {
     };
     let pb = bar(prompts.len() as u64, "{msg:>10} [{bar:40}] {pos}/{len} prompts ({elapsed}, eta {eta})");
     pb.set_message("distilling");
-    let summary = generate_data(&loaded.model, &prompts, &a.out, &opts, &mut |done, _| pb.set_position(done as u64)).map_err(train_error)?;
+    let logged_to_terminal = std::io::stderr().is_terminal();
+    let summary = generate_data(&loaded.model, &prompts, &a.out, &opts, &mut |done, total| {
+        if !logged_to_terminal && (done % a.shard_size == 0 || done == total) {
+            eprintln!("{done}/{total} prompts distilled");
+        }
+        pb.set_position(done as u64)
+    })
+    .map_err(train_error)?;
     pb.finish_and_clear();
     eprintln!(
         "wrote {}: {} prompts, features of target layers {ids:?}; {} shards written, {} already complete, {} tokens generated",
@@ -218,8 +226,8 @@ fn data(a: DataArgs) -> Result<(), CliError> {
 
 fn drafter(a: DrafterArgs) -> Result<(), CliError> {
     let dir = model_dir::resolve(a.model.as_deref())?;
-    let target_cfg = Qwen3Config::from_file(&dir.join("config.json"))?;
-    let src = Checkpoint::open(&dir)?;
+    // Safetensors folder or GGUF alike; quantized target tensors are dequantized to f32 as read.
+    let target = open_model(&dir)?;
     let device = match a.device.as_str() {
         "cpu" => domino_train::cpu_device(),
         #[cfg(feature = "wgpu")]
@@ -249,10 +257,16 @@ fn drafter(a: DrafterArgs) -> Result<(), CliError> {
         ..TrainOptions::default()
     };
     let pb = bar(a.steps as u64, "[{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})");
-    let summary = domino_train::train(&target_cfg, &src, &a.data, &a.out, &opts, &device, a.stop_after, &mut |s: &domino_train::StepStats| {
+    let logged_to_terminal = std::io::stderr().is_terminal();
+    let summary = domino_train::train(&target.config, target.weights.as_ref(), &a.data, &a.out, &opts, &device, a.stop_after, &mut |s: &domino_train::StepStats| {
         let acc: Vec<String> = s.slot_accuracy.iter().take(6).map(|x| format!("{x:.2}")).collect();
+        let msg = format!("loss {:.3} λ {:.2} lr {:.1e} acc {}", s.loss, s.lambda, s.lr, acc.join(" "));
+        if !logged_to_terminal && (s.step % 25 == 0 || s.step == s.total) {
+            // No progress bar without a terminal (nohup, CI logs): a line every 25 steps instead.
+            eprintln!("step {}/{} {msg}", s.step, s.total);
+        }
         pb.set_position(s.step as u64);
-        pb.set_message(format!("loss {:.3} λ {:.2} lr {:.1e} acc {}", s.loss, s.lambda, s.lr, acc.join(" ")));
+        pb.set_message(msg);
     })
     .map_err(train_error)?;
     pb.finish_and_clear();

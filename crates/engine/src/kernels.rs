@@ -46,8 +46,10 @@ const ACCEPT_GREEDY: KernelSpec =
 pub const ATTENTION_CHUNK: u32 = 32;
 /// Largest head_dim the attention kernel supports.
 pub const MAX_HEAD_DIM: usize = 256;
-/// Rows per invocation of the multi-row matmul variant.
-pub const MATMUL_ROWS: u32 = 4;
+/// Rows per invocation of the multi-row matmul variant (prefill, verify, drafter). 3 keeps the 12
+/// vec4 accumulators of a 16-column invocation in registers on llvmpipe, whose compiler spills 16 of
+/// them (4 rows: prefill and verify ran at half the speed, measured on SmolLM2 f16 and Q4_1).
+pub const MATMUL_ROWS: u32 = 3;
 /// Output columns per matmul invocation and workgroup size (matmul.wgsl's block and WG).
 const MATMUL_COLS: u32 = 16;
 const MATMUL_WG: u32 = 16;

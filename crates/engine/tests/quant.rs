@@ -37,9 +37,10 @@ fn quantized_matmul_matches_reference_and_is_batch_invariant() {
                 let host = HostTensor::new("w", HostDType::Quant(t), n, k, &bytes).unwrap();
                 let w = Matrix::upload(&gpu, &host, WeightFormat::Quant(t), &mut |_| {}).unwrap();
                 assert_eq!(w.bytes() as usize, k / 32 * n.div_ceil(16) * t.gpu_group_words() * 4, "{t:?}: stays quantized on the GPU");
-                let x_all = rng.vec(17 * k, 1.0);
-                let alone: Vec<Vec<f32>> = (0..17).map(|r| run_matmul(&gpu, &w, &x_all[r * k..(r + 1) * k], 1)).collect();
-                for rows in [1usize, 2, 7, 17] {
+                // 2 / 7 / 9 / 17 / 40 rows run the 4-, 8- and 16-row variants and the split past 16.
+                let x_all = rng.vec(40 * k, 1.0);
+                let alone: Vec<Vec<f32>> = (0..40).map(|r| run_matmul(&gpu, &w, &x_all[r * k..(r + 1) * k], 1)).collect();
+                for rows in [1usize, 2, 7, 9, 17, 40] {
                     let x = &x_all[..rows * k];
                     let y = run_matmul(&gpu, &w, x, rows);
                     let err = max_err(&y, &reference::matmul(x, &deq, rows, k, n));
@@ -67,7 +68,7 @@ fn quantized_glu_embedding_and_split_match_reference() {
             let (ub, u) = blocks(t, &mut rng, n, k);
             let gm = Matrix::upload(&gpu, &HostTensor::new("g", HostDType::Quant(t), n, k, &gb).unwrap(), WeightFormat::Quant(t), &mut |_| {}).unwrap();
             let um = Matrix::upload(&gpu, &HostTensor::new("u", HostDType::Quant(t), n, k, &ub).unwrap(), WeightFormat::Quant(t), &mut |_| {}).unwrap();
-            for rows in [1usize, 5] {
+            for rows in [1usize, 5, 12, 20] {
                 let x = rng.vec(rows * k, 1.0);
                 let xb = upload(&gpu, &x);
                 let yb = gpu.buffer("y", (rows * n * 4) as u64).unwrap();

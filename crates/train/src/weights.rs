@@ -63,16 +63,22 @@ pub fn init_weights(cfg: &DrafterConfig, target_cfg: &Qwen3Config, target: Optio
         let prefix = format!("layers.{l}.");
         let names: Vec<String> = out.keys().filter(|k| k.starts_with(&prefix)).cloned().collect();
         let mut copied = Vec::new();
+        let mut complete = true;
         for name in &names {
             let shape = out[name].0.clone();
             let tname = format!("model.layers.{j}.{}", &name[prefix.len()..]);
             match read_f32(src, &tname, &shape) {
                 Ok(v) => copied.push((name.clone(), shape, v)),
-                Err(_) => break,
+                // Llama targets have no per-head q/k norms: those stay at 1 (init above).
+                Err(_) if is_head_norm(name) && !src.names().contains(&tname) => {}
+                Err(_) => {
+                    complete = false;
+                    break;
+                }
             }
         }
         // Whole layers only: a half-copied layer would mix scales.
-        if copied.len() == names.len() {
+        if complete {
             for (name, shape, v) in copied {
                 out.insert(name, (shape, v));
             }
@@ -84,6 +90,10 @@ pub fn init_weights(cfg: &DrafterConfig, target_cfg: &Qwen3Config, target: Optio
         report.copied_final_norm = true;
     }
     Ok((out, report))
+}
+
+fn is_head_norm(name: &str) -> bool {
+    name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight")
 }
 
 fn take<const D: usize>(w: &mut Named, name: &str, device: &Device) -> Result<Param<Tensor<D>>> {
