@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the shipped SmolLM2 drafter (drafters/smollm2-135m-instruct-domino/) in one command, on
-# the CPU and the software Vulkan adapter of a 2-core machine (about 55 minutes here):
+# the CPU and the software Vulkan adapter of a 2-core machine (about 1.5 hours here: data ~45 min,
+# 400 training steps ~35-45 min):
 #
 #   bash scripts/train-smollm2-drafter.sh [OUT_DIR]     # default OUT_DIR: drafters/smollm2-135m-instruct-domino
 #
@@ -18,7 +19,10 @@ cd "$root"
 out="${1:-drafters/smollm2-135m-instruct-domino}"
 cache="${DOMINO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/domino}"
 work="${WORK:-$cache/smollm2-drafter-work}"
+# The shipped drafter is step 400 of a 700-step schedule (the session that trained it ran out of
+# time there): --stop-after 400 reproduces it; STOP_AFTER=700 runs the whole schedule.
 steps="${STEPS:-700}"
+stop_after="${STOP_AFTER:-400}"
 mkdir -p "$work"
 
 bash scripts/setup.sh
@@ -29,7 +33,7 @@ python3 scripts/drafter-prompts.py --count 160 --out "$work/prompts.jsonl"
 "$domino" train data --prompts "$work/prompts.jsonl" --out "$work/data" --max-new-tokens 96 --dtype auto --shard-size 16
 "$domino" train drafter --data "$work/data" --out "$work/drafter" --layers 1 --block-size 8 \
     --emb-dim 64 --gru-hidden 128 --steps "$steps" --batch 4 --anchors 32 --lr 6e-4 --decay-ratio 0.5 \
-    --save-every 100 --seed 0
+    --save-every 100 --seed 0 --stop-after "$stop_after"
 mkdir -p "$out"
 cp "$work/drafter/config.json" "$out/"
 # f16 on disk: half the size, the same GPU weights (the engine stores drafters as f16 by default).

@@ -257,12 +257,13 @@ fn bench_adapter(
                     let timing = run == args.runs + 1;
                     let so = domino_runtime::SpeculativeOptions { use_head, timing };
                     let (g, st) = pollster::block_on(spec.generate(p, &opts, &so, &mut |_| true))?;
-                    m.acceptance.extend(&st.acceptance_lengths);
                     if timing {
                         m.draft += st.draft_seconds;
                         m.verify += st.verify_seconds;
                         m.head += st.head_seconds;
                     } else {
+                        // Greedy rounds are deterministic: the timing run would count them twice.
+                        m.acceptance.extend(&st.acceptance_lengths);
                         m.prefill.push(g.stats.prefill_tokens_per_s);
                         m.decode.push(g.stats.decode_tokens_per_s);
                         m.ttft.push(g.stats.time_to_first_token_s);

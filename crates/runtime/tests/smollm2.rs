@@ -60,3 +60,44 @@ fn smollm2_greedy_matches_llama_cpp_until_a_near_tie() {
     }
     eprintln!("{name}: {matched_total} tokens identical to llama.cpp before any near-tie divergence");
 }
+
+/// The drafter shipped in drafters/ (trained by scripts/train-smollm2-drafter.sh on stdlib prompts):
+/// speculative decoding with it gives exactly the plain greedy tokens (lossless) and accepts more
+/// than one token per round on code it was not trained on. On every test adapter (the GL adapter
+/// runs the fallback kernels).
+#[test]
+fn shipped_smollm2_drafter_is_lossless_and_accepts() {
+    use domino_engine::WeightFormat;
+    use domino_models::drafter::DrafterConfig;
+    use domino_models::drafter_gpu::DrafterModel;
+    use domino_models::Checkpoint;
+    use domino_runtime::{SpeculativeOptions, SpeculativeSession};
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../drafters/smollm2-135m-instruct-domino"));
+    let files = open_model(&smollm2_path()).unwrap();
+    let tok = files.tokenizer.as_ref().unwrap();
+    let prompts = [
+        "def is_palindrome(text: str) -> bool:\n    \"\"\"Return True if text reads the same forwards and backwards.\"\"\"\n",
+        "def mean(values):\n    \"\"\"Return the arithmetic mean of a non-empty list of numbers.\"\"\"\n",
+    ];
+    for (name, gpu) in test_gpus() {
+        let model = Qwen3Model::load_with(gpu.clone(), files.config.clone(), files.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {}).unwrap();
+        let config = DrafterConfig::from_file(&dir.join("config.json")).unwrap();
+        let drafter = DrafterModel::load(config, &Checkpoint::open(&dir).unwrap(), &model, WeightFormat::F16).unwrap();
+        let opts = GenerateOptions { max_tokens: 32, ignore_eos: true, ..Default::default() };
+        let mut plain = Session::new(&model, 160).unwrap();
+        let mut spec = SpeculativeSession::new(&model, &drafter, 160).unwrap();
+        let mut lengths = Vec::new();
+        for p in prompts {
+            let ids = tok.encode(p).unwrap();
+            let want = block_on(plain.generate(&ids, &opts, &mut |_| true)).unwrap().output_ids;
+            let (got, st) = block_on(spec.generate(&ids, &opts, &SpeculativeOptions { use_head: true, timing: false }, &mut |_| true)).unwrap();
+            assert_eq!(got.output_ids, want, "{name}: speculative output differs from plain greedy for {p:?}");
+            lengths.extend(st.acceptance_lengths);
+        }
+        let mean = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
+        eprintln!("{name}: shipped drafter mean acceptance {mean:.2} over {} rounds", lengths.len());
+        // A random drafter accepted nothing on SmolLM2 (1.00 in bench runs); the shipped one measured 1.43 on every
+        // adapter (exact arithmetic: the same rounds everywhere).
+        assert!(mean > 1.25, "{name}: mean acceptance {mean:.2}: the shipped drafter barely predicts its target");
+    }
+}
