@@ -9,6 +9,8 @@
 //   1 storage  ids: array<u32>, token of row r at ids[ids_offset + r]
 //   2 storage  w: the chunk; F32 -> array<f32>; F16 -> array<f16>; Q8_0 / Q4_0 / Q4_1 -> array<u32> in
 //              matmul_quant.wgsl's group layout; else array<u32> of packed f16 pairs
+//              TEXTURE: a texture_2d<u32> read as a linear array of texels (4 words each): F32 and
+//              f16 in matmul.wgsl's TEXTURE layout, quantized blocks in matmul_quant.wgsl's layout
 //   3 storage  y: array<f32>, row r at y_offset + r * y_stride
 // One invocation per (row, channel). Pure gather: batch-invariant. Quantized values are dequantized
 // exactly as matmul_quant.wgsl does (q·d, (q-8)·d, q·d+m).
@@ -26,49 +28,80 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
-#if F32
+#if TEXTURE
+@group(0) @binding(2) var w: texture_2d<u32>;
+const TEX_SHIFT: u32 = {{TEX_SHIFT}}u;
+
+fn texel(t: u32) -> vec4<u32> {
+    return textureLoad(w, vec2<u32>(t & ((1u << TEX_SHIFT) - 1u), t >> TEX_SHIFT), 0);
+}
+
+// Word i of the linear word sequence (4 per texel).
+fn word(i: u32) -> u32 {
+    return texel(i >> 2u)[i & 3u];
+}
+#elif F32
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 #elif F16
 @group(0) @binding(2) var<storage, read> w: array<f16>;
 #else
 @group(0) @binding(2) var<storage, read> w: array<u32>;
+
+fn word(i: u32) -> u32 {
+    return w[i];
+}
 #endif
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
-#if !F32
-#if !F16
-// The f16 at half h of word i (packed f16 pairs and quantized scales).
+// The f16 at half h of word i (packed f16 pairs and quantized scales; unused by the native paths).
 fn half_at(i: u32, h: u32) -> f32 {
-    let pair = unpack2x16float(w[i]);
+#if TEXTURE
+    let pair = unpack2x16float(word(i));
+#elif F32
+    let pair = vec2<f32>(0.0);
+#elif F16
+    let pair = vec2<f32>(0.0);
+#else
+    let pair = unpack2x16float(word(i));
+#endif
     return select(pair.x, pair.y, h == 1u);
 }
-#endif
-#endif
 
 // Channel j of vocabulary column `col` (relative to the chunk).
 fn load(j: u32, col: u32) -> f32 {
-#if F32
-    return w[j * p.wcols + col];
-#elif F16
-    return f32(w[j * p.wcols + col]);
-#elif Q8_0
+#if Q8_0
     let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 136u;
     let i = j % 32u;
     let c = col % 16u;
-    let q = bitcast<i32>(w[base + (i / 4u) * 16u + c] << (24u - 8u * (i % 4u))) >> 24u;
+    let q = bitcast<i32>(word(base + (i / 4u) * 16u + c) << (24u - 8u * (i % 4u))) >> 24u;
     return f32(q) * half_at(base + 128u + c / 2u, c % 2u);
 #elif Q4_0
     let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 72u;
     let i = j % 32u;
     let c = col % 16u;
-    let q = (w[base + (i / 8u) * 16u + c] >> (4u * (i % 8u))) & 15u;
+    let q = (word(base + (i / 8u) * 16u + c) >> (4u * (i % 8u))) & 15u;
     return (f32(q) - 8.0) * half_at(base + 64u + c / 2u, c % 2u);
 #elif Q4_1
     let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 80u;
     let i = j % 32u;
     let c = col % 16u;
-    let q = (w[base + (i / 8u) * 16u + c] >> (4u * (i % 8u))) & 15u;
+    let q = (word(base + (i / 8u) * 16u + c) >> (4u * (i % 8u))) & 15u;
     return fma(f32(q), half_at(base + 64u + c / 2u, c % 2u), half_at(base + 72u + c / 2u, c % 2u));
+#elif TEXTURE
+    // Column col is column c of invocation blk: part c / (columns per texel) of its texels.
+    let blk = col / 16u;
+    let c = col % 16u;
+#if F32
+    let t = ((blk >> 3u) * 4u * p.hidden + (c / 4u) * p.hidden + j) * 8u + (blk & 7u);
+    return bitcast<f32>(texel(t)[c % 4u]);
+#else
+    let t = ((blk >> 3u) * 2u * p.hidden + (c / 8u) * p.hidden + j) * 8u + (blk & 7u);
+    return half_at(t * 4u + (c % 8u) / 2u, c % 2u);
+#endif
+#elif F32
+    return w[j * p.wcols + col];
+#elif F16
+    return f32(w[j * p.wcols + col]);
 #else
     let i = j * p.wcols + col;
     return half_at(i / 2u, i & 1u);

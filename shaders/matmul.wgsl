@@ -8,9 +8,18 @@
 //              columns = one "block" per k: F32 -> 4 x vec4<f32>; F16 (native shader-f16) ->
 //              2 x (vec4<f16>, vec4<f16>); otherwise f16 pairs packed in 2 x vec4<u32>, unpacked with
 //              unpack2x16float. The same bytes serve the native and the packed f16 variants.
+//              TEXTURE variant (CPU adapters, with F32 or packed f16): w is a texture_2d<u32> of
+//              rgba32uint texels read as one linear array (texel t at (t & (W-1), t >> TEX_SHIFT)).
+//              Columns come in groups of 128 = 8 invocations x 16; an invocation's 16 columns are
+//              PARTS texels (packed f16: 2 texels of 8 halves; F32: 4 texels of 4 floats), and texel
+//              (group g, part s, input k, invocation i of the group) is ((g * PARTS + s) * K + k) * 8 + i
+//              (tensor.rs upload_texture). Eight neighbouring invocations then walk one contiguous run
+//              per part as k advances: llvmpipe fetches a texel with one vector load, where it reads a
+//              storage buffer one bounds-checked word per lane, and streams need contiguous runs.
 //   3 storage  w_up (GLU variant only): the up projection, same layout as w (the gate)
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
-// Defines: ROWS (rows per invocation: 1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), F32 | F16, GLU.
+// Defines: ROWS (rows per invocation: 1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), F32 | F16, GLU,
+// TEXTURE with TEX_SHIFT (log2 of the texture width).
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
 // order 0..k with explicit fma. No cross-invocation reduction exists, so a row's result is bit-identical
@@ -43,9 +52,18 @@ alias Block = array<vec4<u32>, 2>;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#if TEXTURE
+@group(0) @binding(2) var w: texture_2d<u32>;
+#if GLU
+@group(0) @binding(3) var w_up: texture_2d<u32>;
+#endif
+#else
 @group(0) @binding(2) var<storage, read> w: array<Block>;
 #if GLU
 @group(0) @binding(3) var<storage, read> w_up: array<Block>;
+#endif
+#endif
+#if GLU
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 #else
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
@@ -53,6 +71,54 @@ alias Block = array<vec4<u32>, 2>;
 
 const ROWS: u32 = {{ROWS}}u;
 const WG: u32 = 16u;
+
+#if TEXTURE
+const TEX_SHIFT: u32 = {{TEX_SHIFT}}u;
+#if F32
+const PARTS: u32 = 4u;
+#else
+const PARTS: u32 = 2u;
+#endif
+
+fn texel_coords(t: u32) -> vec2<u32> {
+    return vec2<u32>(t & ((1u << TEX_SHIFT) - 1u), t >> TEX_SHIFT);
+}
+
+// Block `blk` (16 columns) at input k of the gate (or only) weight, and of the up weight.
+fn load_w(blk: u32, k: u32) -> Block {
+    let t = ((blk >> 3u) * PARTS * p.k + k) * 8u + (blk & 7u);
+    let part = p.k * 8u;
+#if F32
+    return array<vec4<f32>, 4>(bitcast<vec4<f32>>(textureLoad(w, texel_coords(t), 0)), bitcast<vec4<f32>>(textureLoad(w, texel_coords(t + part), 0)),
+                 bitcast<vec4<f32>>(textureLoad(w, texel_coords(t + 2u * part), 0)), bitcast<vec4<f32>>(textureLoad(w, texel_coords(t + 3u * part), 0)));
+#else
+    return array<vec4<u32>, 2>(textureLoad(w, texel_coords(t), 0), textureLoad(w, texel_coords(t + part), 0));
+#endif
+}
+
+#if GLU
+fn load_up(blk: u32, k: u32) -> Block {
+    let t = ((blk >> 3u) * PARTS * p.k + k) * 8u + (blk & 7u);
+    let part = p.k * 8u;
+#if F32
+    return array<vec4<f32>, 4>(bitcast<vec4<f32>>(textureLoad(w_up, texel_coords(t), 0)), bitcast<vec4<f32>>(textureLoad(w_up, texel_coords(t + part), 0)),
+                 bitcast<vec4<f32>>(textureLoad(w_up, texel_coords(t + 2u * part), 0)), bitcast<vec4<f32>>(textureLoad(w_up, texel_coords(t + 3u * part), 0)));
+#else
+    return array<vec4<u32>, 2>(textureLoad(w_up, texel_coords(t), 0), textureLoad(w_up, texel_coords(t + part), 0));
+#endif
+}
+#endif
+#else
+fn load_w(blk: u32, k: u32) -> Block {
+    return w[k * (p.wcols / 16u) + blk];
+}
+
+#if GLU
+fn load_up(blk: u32, k: u32) -> Block {
+    return w_up[k * (p.wcols / 16u) + blk];
+}
+#endif
+#endif
 
 // The 16 weights of a block as 4 vec4<f32>.
 fn expand(b: Block) -> array<vec4<f32>, 4> {
@@ -83,16 +149,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (blk * 16u >= p.cols || r0 >= p.n_rows) {
         return;
     }
-    let blocks_per_k = p.wcols / 16u;
     var acc: array<vec4<f32>, ROWS * 4u>;
 #if GLU
     var acc_up: array<vec4<f32>, ROWS * 4u>;
 #endif
     for (var k = 0u; k < p.k; k = k + 1u) {
-        let wi = k * blocks_per_k + blk;
-        let wg = expand(w[wi]);
+        let wg = expand(load_w(blk, k));
 #if GLU
-        let wu = expand(w_up[wi]);
+        let wu = expand(load_up(blk, k));
 #endif
         for (var r = 0u; r < ROWS; r = r + 1u) {
             // Rows past n_rows re-read the last row; their results are never stored.

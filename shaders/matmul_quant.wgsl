@@ -12,9 +12,12 @@
 //                d       8 words, f16 pairs: column c in word c / 2, low half for even c.
 //                m       (Q4_1 only) 8 more words, same packing.
 //              Columns past `cols` are zero blocks (d = 0). quant.rs writes this layout.
+//              TEXTURE variant (CPU adapters): the same vec4 sequence as the texels of a texture_2d<u32>
+//              read as one linear array (vec4 i at (i & (W-1), i >> TEX_SHIFT)), see matmul.wgsl.
 //   3 storage  w_up (GLU variant only): the up projection, same layout
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
-// Defines: Q8_0 | Q4_0 | Q4_1, ROWS (1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), GLU.
+// Defines: Q8_0 | Q4_0 | Q4_1, ROWS (1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), GLU,
+// TEXTURE with TEX_SHIFT.
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
 // order 0..k with fma of the dequantized weight (q·d, (q-8)·d or q·d+m: exact in f32, so identical to
@@ -52,9 +55,41 @@ const PER_WORD: u32 = 32u / QW;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#if TEXTURE
+@group(0) @binding(2) var w: texture_2d<u32>;
+#if GLU
+@group(0) @binding(3) var w_up: texture_2d<u32>;
+#endif
+const TEX_SHIFT: u32 = {{TEX_SHIFT}}u;
+
+fn texel_coords(i: u32) -> vec2<u32> {
+    return vec2<u32>(i & ((1u << TEX_SHIFT) - 1u), i >> TEX_SHIFT);
+}
+
+fn w_at(i: u32) -> vec4<u32> {
+    return textureLoad(w, texel_coords(i), 0);
+}
+#if GLU
+fn up_at(i: u32) -> vec4<u32> {
+    return textureLoad(w_up, texel_coords(i), 0);
+}
+#endif
+#else
 @group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;
 #if GLU
 @group(0) @binding(3) var<storage, read> w_up: array<vec4<u32>>;
+#endif
+
+fn w_at(i: u32) -> vec4<u32> {
+    return w[i];
+}
+#if GLU
+fn up_at(i: u32) -> vec4<u32> {
+    return w_up[i];
+}
+#endif
+#endif
+#if GLU
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 #else
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
@@ -106,24 +141,24 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
     for (var kb = 0u; kb < p.k / 32u; kb = kb + 1u) {
         let base = (kb * groups_per_kb + blk) * V4;
-        let d = scales(w[base + QW * 4u], w[base + QW * 4u + 1u]);
+        let d = scales(w_at(base + QW * 4u), w_at(base + QW * 4u + 1u));
 #if Q4_1
-        let m = scales(w[base + QW * 4u + 2u], w[base + QW * 4u + 3u]);
+        let m = scales(w_at(base + QW * 4u + 2u), w_at(base + QW * 4u + 3u));
 #else
         let m = d;
 #endif
 #if GLU
-        let du = scales(w_up[base + QW * 4u], w_up[base + QW * 4u + 1u]);
+        let du = scales(up_at(base + QW * 4u), up_at(base + QW * 4u + 1u));
 #if Q4_1
-        let mu = scales(w_up[base + QW * 4u + 2u], w_up[base + QW * 4u + 3u]);
+        let mu = scales(up_at(base + QW * 4u + 2u), up_at(base + QW * 4u + 3u));
 #else
         let mu = du;
 #endif
 #endif
         for (var j = 0u; j < QW; j = j + 1u) {
-            let q = array<vec4<u32>, 4>(w[base + j * 4u], w[base + j * 4u + 1u], w[base + j * 4u + 2u], w[base + j * 4u + 3u]);
+            let q = array<vec4<u32>, 4>(w_at(base + j * 4u), w_at(base + j * 4u + 1u), w_at(base + j * 4u + 2u), w_at(base + j * 4u + 3u));
 #if GLU
-            let qu = array<vec4<u32>, 4>(w_up[base + j * 4u], w_up[base + j * 4u + 1u], w_up[base + j * 4u + 2u], w_up[base + j * 4u + 3u]);
+            let qu = array<vec4<u32>, 4>(up_at(base + j * 4u), up_at(base + j * 4u + 1u), up_at(base + j * 4u + 2u), up_at(base + j * 4u + 3u));
 #endif
             for (var e = 0u; e < PER_WORD; e = e + 1u) {
                 let k = kb * 32u + j * PER_WORD + e;

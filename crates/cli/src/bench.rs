@@ -40,6 +40,10 @@ pub struct BenchArgs {
     pub backend: String,
     #[arg(long)]
     pub adapter: Option<usize>,
+    /// Where f16 / f32 weight matrices live on the GPU: auto (textures on CPU adapters such as
+    /// llvmpipe, where they read much faster; storage buffers elsewhere), buffers or textures.
+    #[arg(long, default_value = "auto")]
+    pub weight_storage: String,
     /// Write the report (schema domino-bench/1) as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -362,8 +366,9 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         runs: args.runs,
     };
     let mut reports = Vec::new();
+    let weight_textures = crate::load::parse_weight_storage(&args.weight_storage)?;
     for (adapter, summary) in selected {
-        let gpu = pollster::block_on(Gpu::from_adapter(adapter, summary, &GpuOptions::default()))?;
+        let gpu = pollster::block_on(Gpu::from_adapter(adapter, summary, &GpuOptions { weight_textures, ..Default::default() }))?;
         reports.push(bench_adapter(gpu, &dir, format, &prompts, &args, &bar)?);
     }
     bar.finish_and_clear();

@@ -48,6 +48,10 @@ pub struct GenerateArgs {
     /// Adapter index as listed by `domino devices`.
     #[arg(long)]
     pub adapter: Option<usize>,
+    /// Where f16 / f32 weight matrices live on the GPU: auto (textures on CPU adapters such as
+    /// llvmpipe, where they read much faster; storage buffers elsewhere), buffers or textures.
+    #[arg(long, default_value = "auto")]
+    pub weight_storage: String,
     /// Print one JSON object with ids, text and statistics instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -68,7 +72,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     }
     let format = parse_dtype(&args.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
-    let gpu = open_gpu(&args.backend, args.adapter)?;
+    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage)?;
     let loaded = load_model(gpu, &dir, format, false)?;
     let tokenizer = loaded.tokenizer.as_ref();
     let prompt_ids: Vec<u32> = match (&args.prompt, &args.prompt_ids) {

@@ -33,9 +33,21 @@ pub fn drafter_format(choice: DTypeChoice) -> WeightFormat {
     }
 }
 
-pub fn open_gpu(backend: &str, adapter: Option<usize>) -> Result<Arc<Gpu>, CliError> {
+/// `--weight-storage`: where f16 / f32 weight matrices live. auto = textures on CPU adapters (llvmpipe,
+/// SwiftShader), storage buffers elsewhere.
+pub fn parse_weight_storage(s: &str) -> Result<Option<bool>, CliError> {
+    match s {
+        "auto" => Ok(None),
+        "textures" => Ok(Some(true)),
+        "buffers" => Ok(Some(false)),
+        _ => Err(CliError::Usage(format!("--weight-storage {s}: expected auto, buffers or textures"))),
+    }
+}
+
+pub fn open_gpu(backend: &str, adapter: Option<usize>, weight_storage: &str) -> Result<Arc<Gpu>, CliError> {
     let backend = BackendChoice::parse(backend)?;
-    Ok(pollster::block_on(Gpu::new(&GpuOptions { backend, adapter, ..Default::default() }))?)
+    let weight_textures = parse_weight_storage(weight_storage)?;
+    Ok(pollster::block_on(Gpu::new(&GpuOptions { backend, adapter, weight_textures, ..Default::default() }))?)
 }
 
 /// Load a model folder (config.json + safetensors) or GGUF file onto `gpu`.

@@ -18,7 +18,8 @@ fn main() {
     let gpu = pollster::block_on(Gpu::new(&GpuOptions { backend: BackendChoice::Vulkan, ..Default::default() })).unwrap();
     let spec = KernelSpec { name: "probe", source: src, entry: "main", bindings: &[(1, Access::Read), (2, Access::Read), (3, Access::ReadWrite)] };
     let pipe = gpu.pipeline(&spec, &Defines::default()).unwrap();
-    let (k, n) = (1024u32, 8192u32);
+    let env = |v: &str, d: u32| std::env::var(v).ok().and_then(|s| s.parse().ok()).unwrap_or(d);
+    let (k, n) = (env("K", 1024), env("N", 8192));
     let w = gpu.buffer("w", k as u64 * n as u64 * elem).unwrap();
     let x = gpu.buffer("x", k as u64 * 4 * 8).unwrap();
     let y = gpu.buffer("y", n as u64 * 4 * 8).unwrap();

@@ -64,6 +64,12 @@ pub struct Caps {
     /// Read f16 weights through the packed-u32 path even with shader-f16: measured faster on
     /// llvmpipe (CPU adapters), where native f16 vector loads are slower than unpack2x16float.
     pub prefer_packed_f16: bool,
+    /// Store f16/f32 weight matrices in rgba32uint textures read with textureLoad instead of storage
+    /// buffers: llvmpipe (CPU adapters) fetches a texel with one vector load where it reads storage
+    /// buffers one bounds-checked word per lane (decode matmul measured ~2x faster).
+    pub weight_textures: bool,
+    /// max_texture_dimension_2d: a weight texture is at most WEIGHT_TEXTURE_WIDTH x this many texels.
+    pub max_texture_dim: u32,
     pub max_storage_binding: u64,
     pub max_buffer: u64,
     pub uniform_align: u32,
@@ -159,11 +165,13 @@ pub struct GpuOptions {
     pub disable_subgroup: bool,
     /// Force (Some(true)) or forbid (Some(false)) the packed-u32 f16 path; None picks by adapter type.
     pub packed_f16: Option<bool>,
+    /// Force (Some(true)) or forbid (Some(false)) weight textures; None picks by adapter type.
+    pub weight_textures: Option<bool>,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        Self { backend: BackendChoice::Auto, adapter: None, disable_f16: false, disable_subgroup: false, packed_f16: None }
+        Self { backend: BackendChoice::Auto, adapter: None, disable_f16: false, disable_subgroup: false, packed_f16: None, weight_textures: None }
     }
 }
 
@@ -176,11 +184,64 @@ pub struct GpuBuffer {
     pub label: String,
 }
 
-/// Whether a binding is read-only or read-write storage.
+/// Whether a binding is read-only or read-write storage, or a weight texture (texture_2d<u32>).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Access {
     Read,
     ReadWrite,
+    Texture,
+}
+
+/// Texels per row of a weight texture (a power of two; rows hold consecutive texels, so the texture
+/// is a linear array of rgba32uint texels folded into 2D). Smaller only if the adapter's limit is.
+pub const WEIGHT_TEXTURE_WIDTH: u32 = 4096;
+
+/// A weight texture: `texels` rgba32uint texels (16 bytes each) in row-major order, `width` per row
+/// (the last row zero-padded).
+#[derive(Debug)]
+pub struct GpuTexture {
+    pub id: u64,
+    pub texture: wgpu::Texture,
+    pub view: wgpu::TextureView,
+    pub width: u32,
+    pub height: u32,
+    pub texels: u64,
+    pub label: String,
+}
+
+impl GpuTexture {
+    /// Bytes of the texels in use (without the padding of the last row).
+    pub fn bytes(&self) -> u64 {
+        self.texels * 16
+    }
+}
+
+/// Something a kernel binds: a storage buffer or a weight texture.
+#[derive(Debug, Clone)]
+pub enum Resource {
+    Buffer(Arc<GpuBuffer>),
+    Texture(Arc<GpuTexture>),
+}
+
+impl Resource {
+    pub fn id(&self) -> u64 {
+        match self {
+            Resource::Buffer(b) => b.id,
+            Resource::Texture(t) => t.id,
+        }
+    }
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Resource::Buffer(b) => b.size,
+            Resource::Texture(t) => t.bytes(),
+        }
+    }
+    pub fn binding(&self) -> wgpu::BindingResource<'_> {
+        match self {
+            Resource::Buffer(b) => b.buffer.as_entire_binding(),
+            Resource::Texture(t) => wgpu::BindingResource::TextureView(&t.view),
+        }
+    }
 }
 
 /// A kernel entry point: WGSL source, entry name and its storage bindings (binding 0 is always the
@@ -268,6 +329,8 @@ impl Gpu {
             f16: granted.contains(wgpu::Features::SHADER_F16),
             subgroup: granted.contains(wgpu::Features::SUBGROUP),
             prefer_packed_f16: opts.packed_f16.unwrap_or(adapter.get_info().device_type == wgpu::DeviceType::Cpu),
+            weight_textures: opts.weight_textures.unwrap_or(adapter.get_info().device_type == wgpu::DeviceType::Cpu),
+            max_texture_dim: limits.max_texture_dimension_2d,
             max_storage_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             uniform_align: limits.min_uniform_buffer_offset_alignment,
@@ -323,6 +386,62 @@ impl Gpu {
         self.buffer(label, size)
     }
 
+    /// Texels per row of this device's weight textures.
+    pub fn weight_texture_width(&self) -> u32 {
+        // The largest power of two within both: shaders split a texel index with a shift and a mask.
+        let most = WEIGHT_TEXTURE_WIDTH.min(self.caps.max_texture_dim.max(1));
+        1 << (31 - most.leading_zeros())
+    }
+
+    /// Most texels one weight texture can hold on this device.
+    pub fn weight_texture_capacity(&self) -> u64 {
+        self.weight_texture_width() as u64 * self.caps.max_texture_dim as u64
+    }
+
+    /// A weight texture of `texels` texels (rounded up to whole rows), zero-initialised.
+    pub fn weight_texture(&self, label: &str, texels: u64) -> Result<Arc<GpuTexture>> {
+        let width = self.weight_texture_width();
+        let height = texels.div_ceil(width as u64).max(1);
+        if height > self.caps.max_texture_dim as u64 {
+            return Err(EngineError::LimitTooSmall {
+                what: format!("weight texture '{label}' ({width} x {height} texels)"),
+                needed: height,
+                limit: self.caps.max_texture_dim as u64,
+                limit_name: "max_texture_dimension_2d",
+                adapter: self.info.name.clone(),
+            });
+        }
+        let texture = self.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some(label),
+            size: wgpu::Extent3d { width, height: height as u32, depth_or_array_layers: 1 },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba32Uint,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+        Ok(Arc::new(GpuTexture { id: self.next_id(), texture, view, width, height: height as u32, texels, label: label.to_string() }))
+    }
+
+    /// Write whole texture rows starting at row `row`: `words` holds 4 u32 per texel, a multiple of
+    /// the row width.
+    pub fn write_texture_rows(&self, tex: &GpuTexture, row: u32, words: &[u32]) {
+        let row_words = tex.width as usize * 4;
+        debug_assert_eq!(words.len() % row_words, 0);
+        let rows = (words.len() / row_words) as u32;
+        if rows == 0 {
+            return;
+        }
+        self.queue.write_texture(
+            wgpu::TexelCopyTextureInfo { texture: &tex.texture, mip_level: 0, origin: wgpu::Origin3d { x: 0, y: row, z: 0 }, aspect: wgpu::TextureAspect::All },
+            bytemuck::cast_slice(words),
+            wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(tex.width * 16), rows_per_image: Some(rows) },
+            wgpu::Extent3d { width: tex.width, height: rows, depth_or_array_layers: 1 },
+        );
+    }
+
     pub fn write<T: bytemuck::Pod>(&self, buf: &GpuBuffer, offset_elems: u64, data: &[T]) {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if bytes.is_empty() {
@@ -358,16 +477,19 @@ impl Gpu {
             count: None,
         }];
         for &(binding, access) in spec.bindings {
-            entries.push(wgpu::BindGroupLayoutEntry {
-                binding,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
+            let ty = match access {
+                Access::Texture => wgpu::BindingType::Texture {
+                    sample_type: wgpu::TextureSampleType::Uint,
+                    view_dimension: wgpu::TextureViewDimension::D2,
+                    multisampled: false,
+                },
+                _ => wgpu::BindingType::Buffer {
                     ty: wgpu::BufferBindingType::Storage { read_only: access == Access::Read },
                     has_dynamic_offset: false,
                     min_binding_size: None,
                 },
-                count: None,
-            });
+            };
+            entries.push(wgpu::BindGroupLayoutEntry { binding, visibility: wgpu::ShaderStages::COMPUTE, ty, count: None });
         }
         let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(spec.name), entries: &entries });
         let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {

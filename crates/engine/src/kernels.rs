@@ -1,20 +1,27 @@
 //! Typed entry points for every kernel: parameter blocks matching the WGSL `Params` structs, the
 //! variant choice from the device's capabilities, and the dispatch geometry.
 
-use crate::context::{Access, Gpu, GpuBuffer, KernelSpec, Pipeline};
+use crate::context::{Access, Gpu, GpuBuffer, KernelSpec, Pipeline, Resource};
 use crate::error::Result;
 use crate::shader::{self, Defines};
 use crate::step::{flat_groups, Step};
 use crate::quant::QuantType;
-use crate::tensor::{Matrix, WeightFormat};
+use crate::tensor::{Matrix, MatrixChunk, WeightFormat};
 use bytemuck::{Pod, Zeroable};
 use std::sync::Arc;
 
-use Access::{Read as R, ReadWrite as W};
+use Access::{Read as R, ReadWrite as W, Texture as T};
 
 const MATMUL: KernelSpec = KernelSpec { name: "matmul", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
 const MATMUL_GLU: KernelSpec =
     KernelSpec { name: "matmul_glu", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
+const MATMUL_TEX: KernelSpec = KernelSpec { name: "matmul", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, T), (3, W)] };
+const MATMUL_GLU_TEX: KernelSpec =
+    KernelSpec { name: "matmul_glu", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, T), (3, T), (4, W)] };
+const MATMUL_QUANT_TEX: KernelSpec =
+    KernelSpec { name: "matmul_quant", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, T), (3, W)] };
+const MATMUL_QUANT_GLU_TEX: KernelSpec =
+    KernelSpec { name: "matmul_quant_glu", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, T), (3, T), (4, W)] };
 const MATMUL_QUANT: KernelSpec =
     KernelSpec { name: "matmul_quant", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
 const MATMUL_QUANT_GLU: KernelSpec =
@@ -30,6 +37,7 @@ const ATTN_PARTIAL: KernelSpec = KernelSpec {
 const ATTN_COMBINE: KernelSpec =
     KernelSpec { name: "attention", source: shader::ATTENTION, entry: "combine", bindings: &[(4, R), (5, R), (6, W)] };
 const EMBEDDING: KernelSpec = KernelSpec { name: "embedding", source: shader::EMBEDDING, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
+const EMBEDDING_TEX: KernelSpec = KernelSpec { name: "embedding", source: shader::EMBEDDING, entry: "main", bindings: &[(1, R), (2, T), (3, W)] };
 const ARGMAX: KernelSpec = KernelSpec { name: "sampling", source: shader::SAMPLING, entry: "argmax", bindings: &[(1, R), (2, W)] };
 const SAMPLE: KernelSpec = KernelSpec { name: "sampling", source: shader::SAMPLING, entry: "sample", bindings: &[(1, R), (2, W)] };
 const ACCEPT_SAMPLED: KernelSpec =
@@ -53,6 +61,20 @@ pub const MATMUL_ROWS: u32 = 3;
 /// Output columns per matmul invocation and workgroup size (matmul.wgsl's block and WG).
 const MATMUL_COLS: u32 = 16;
 const MATMUL_WG: u32 = 16;
+
+/// Shader defines for reading `w`: its format, and TEXTURE when it lives in weight textures (f16
+/// then always through the packed path).
+fn matrix_defines(gpu: &Gpu, w: &Matrix) -> Defines {
+    if w.on_texture() {
+        let shift = gpu.weight_texture_width().trailing_zeros();
+        let base = match w.format {
+            WeightFormat::F16 => Defines::default(),
+            other => weight_defines(gpu, other),
+        };
+        return base.flag("TEXTURE").value("TEX_SHIFT", shift);
+    }
+    weight_defines(gpu, w.format)
+}
 
 fn weight_defines(gpu: &Gpu, format: WeightFormat) -> Defines {
     match format {
@@ -107,68 +129,67 @@ pub enum Epilogue {
     Accumulate,
 }
 
-/// The matmul pipeline for a weight format: matmul.wgsl for f32/f16, matmul_quant.wgsl for blocks.
-fn matmul_pipeline(gpu: &Gpu, format: WeightFormat, n_rows: u32, glu: bool) -> Result<Arc<Pipeline>> {
+/// The matmul pipeline for `w`: matmul.wgsl for f32/f16 (buffer or texture), matmul_quant.wgsl for blocks.
+fn matmul_pipeline(gpu: &Gpu, w: &Matrix, n_rows: u32, glu: bool) -> Result<Arc<Pipeline>> {
     let rows = if n_rows == 1 { 1 } else { MATMUL_ROWS };
-    let spec = match (format, glu) {
-        (WeightFormat::Quant(_), false) => &MATMUL_QUANT,
-        (WeightFormat::Quant(_), true) => &MATMUL_QUANT_GLU,
-        (_, false) => &MATMUL,
-        (_, true) => &MATMUL_GLU,
+    let spec = match (w.format, glu, w.on_texture()) {
+        (WeightFormat::Quant(_), false, false) => &MATMUL_QUANT,
+        (WeightFormat::Quant(_), true, false) => &MATMUL_QUANT_GLU,
+        (WeightFormat::Quant(_), false, true) => &MATMUL_QUANT_TEX,
+        (WeightFormat::Quant(_), true, true) => &MATMUL_QUANT_GLU_TEX,
+        (_, false, false) => &MATMUL,
+        (_, true, false) => &MATMUL_GLU,
+        (_, false, true) => &MATMUL_TEX,
+        (_, true, true) => &MATMUL_GLU_TEX,
     };
-    gpu.pipeline(spec, &weight_defines(gpu, format).flag_if("GLU", glu).value("ROWS", rows))
+    gpu.pipeline(spec, &matrix_defines(gpu, w).flag_if("GLU", glu).value("ROWS", rows))
+}
+
+fn matmul_params(k: usize, c: &MatrixChunk, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> MatmulParams {
+    MatmulParams {
+        k: k as u32,
+        n_rows,
+        x_offset: x.offset,
+        x_stride: x.stride,
+        y_offset: y.offset,
+        y_stride: y.stride,
+        col0: c.col0,
+        cols: c.cols,
+        wcols: c.wcols,
+        accumulate: (epilogue == Epilogue::Accumulate) as u32,
+        _pad: [0; 2],
+    }
+}
+
+fn matmul_groups(c: &MatrixChunk, n_rows: u32) -> [u32; 3] {
+    let rows_per = if n_rows == 1 { 1 } else { MATMUL_ROWS };
+    [c.cols.div_ceil(MATMUL_COLS).div_ceil(MATMUL_WG), n_rows.div_ceil(rows_per), 1]
 }
 
 /// y[r, :] (+)= x[r, :] · Wᵀ for `n_rows` rows.
 pub fn matmul(step: &mut Step, w: &Matrix, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
-    let gpu = step.gpu();
-    let p = matmul_pipeline(gpu, w.format, n_rows, false)?;
-    let rows_per = if n_rows == 1 { 1 } else { MATMUL_ROWS };
+    let p = matmul_pipeline(step.gpu(), w, n_rows, false)?;
     for c in &w.chunks {
-        let params = MatmulParams {
-            k: w.k as u32,
-            n_rows,
-            x_offset: x.offset,
-            x_stride: x.stride,
-            y_offset: y.offset,
-            y_stride: y.stride,
-            col0: c.col0,
-            cols: c.cols,
-            wcols: c.wcols,
-            accumulate: (epilogue == Epilogue::Accumulate) as u32,
-            _pad: [0; 2],
-        };
-        step.dispatch(&p, &params, &[x.buf, &c.buffer, y.buf], [c.cols.div_ceil(MATMUL_COLS).div_ceil(MATMUL_WG), n_rows.div_ceil(rows_per), 1]);
+        let params = matmul_params(w.k, c, x, y, n_rows, epilogue);
+        let resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone(), Resource::Buffer(y.buf.clone())];
+        step.dispatch_resources(&p, &params, resources, matmul_groups(c, n_rows));
     }
     Ok(())
 }
 
 /// y = silu(x·Wgᵀ) * (x·Wuᵀ): the SiLU-gated MLP's first half in one pass over both weights.
 pub fn matmul_glu(step: &mut Step, gate: &Matrix, up: &Matrix, x: &Rows, y: &Rows, n_rows: u32) -> Result<()> {
-    let gpu = step.gpu();
-    if gate.format != up.format {
+    if gate.format != up.format || gate.on_texture() != up.on_texture() || gate.chunks.len() != up.chunks.len() {
         return Err(crate::EngineError::Tensor {
             name: up.name.clone(),
-            message: format!("stored as {} but its gate {} is {}: a fused GLU needs one format", up.format.name(), gate.name, gate.format.name()),
+            message: format!("stored as {} but its gate {} is {}: a fused GLU needs one format and layout", up.format.name(), gate.name, gate.format.name()),
         });
     }
-    let p = matmul_pipeline(gpu, gate.format, n_rows, true)?;
-    let rows_per = if n_rows == 1 { 1 } else { MATMUL_ROWS };
+    let p = matmul_pipeline(step.gpu(), gate, n_rows, true)?;
     for (c, u) in gate.chunks.iter().zip(&up.chunks) {
-        let params = MatmulParams {
-            k: gate.k as u32,
-            n_rows,
-            x_offset: x.offset,
-            x_stride: x.stride,
-            y_offset: y.offset,
-            y_stride: y.stride,
-            col0: c.col0,
-            cols: c.cols,
-            wcols: c.wcols,
-            accumulate: 0,
-            _pad: [0; 2],
-        };
-        step.dispatch(&p, &params, &[x.buf, &c.buffer, &u.buffer, y.buf], [c.cols.div_ceil(MATMUL_COLS).div_ceil(MATMUL_WG), n_rows.div_ceil(rows_per), 1]);
+        let params = matmul_params(gate.k, c, x, y, n_rows, Epilogue::Store);
+        let resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone(), u.storage.clone(), Resource::Buffer(y.buf.clone())];
+        step.dispatch_resources(&p, &params, resources, matmul_groups(c, n_rows));
     }
     Ok(())
 }
@@ -384,7 +405,8 @@ struct EmbeddingParams {
 /// y[r] = E[ids[ids_offset + r]] where E is stored as the (transposed) matrix `[hidden -> vocab]`.
 pub fn embedding(step: &mut Step, table: &Matrix, ids: &Arc<GpuBuffer>, ids_offset: u32, y: &Rows, n_rows: u32) -> Result<()> {
     let gpu = step.gpu();
-    let p = gpu.pipeline(&EMBEDDING, &weight_defines(gpu, table.format))?;
+    let spec = if table.on_texture() { &EMBEDDING_TEX } else { &EMBEDDING };
+    let p = gpu.pipeline(spec, &matrix_defines(gpu, table))?;
     for c in &table.chunks {
         let params = EmbeddingParams {
             n_rows,
@@ -396,7 +418,8 @@ pub fn embedding(step: &mut Step, table: &Matrix, ids: &Arc<GpuBuffer>, ids_offs
             y_offset: y.offset,
             y_stride: y.stride,
         };
-        step.dispatch(&p, &params, &[ids, &c.buffer, y.buf], flat_groups(n_rows * table.k as u32, 64));
+        let resources = vec![Resource::Buffer(ids.clone()), c.storage.clone(), Resource::Buffer(y.buf.clone())];
+        step.dispatch_resources(&p, &params, resources, flat_groups(n_rows * table.k as u32, 64));
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ pub mod step;
 pub mod tensor;
 pub mod testing;
 
-pub use context::{list_adapters, AdapterSummary, BackendChoice, Caps, Gpu, GpuBuffer, GpuOptions};
+pub use context::{list_adapters, AdapterSummary, BackendChoice, Caps, Gpu, GpuBuffer, GpuOptions, GpuTexture, Resource};
 pub use error::{EngineError, Result};
 pub use kernels::{Epilogue, Rows, SamplingConfig};
 pub use step::Step;

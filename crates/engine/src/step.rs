@@ -2,13 +2,13 @@
 //! command buffer. Params of all dispatches go into one uniform buffer at 256-byte slots, bound with
 //! dynamic offsets, so bind groups depend only on the buffers and are cached across steps.
 
-use crate::context::{Gpu, GpuBuffer, Pipeline, PARAMS_SLOT};
+use crate::context::{Gpu, GpuBuffer, Pipeline, Resource, PARAMS_SLOT};
 use crate::error::{EngineError, Result};
 use std::sync::Arc;
 
 struct Dispatch {
     pipeline: Arc<Pipeline>,
-    buffers: Vec<Arc<GpuBuffer>>,
+    resources: Vec<Resource>,
     slot: u32,
     groups: [u32; 3],
 }
@@ -50,12 +50,18 @@ impl<'g> Step<'g> {
 
     /// Record one dispatch. `buffers` follow the order of the kernel's declared bindings.
     pub fn dispatch<P: bytemuck::Pod>(&mut self, pipeline: &Arc<Pipeline>, params: &P, buffers: &[&Arc<GpuBuffer>], groups: [u32; 3]) {
-        debug_assert_eq!(buffers.len(), pipeline.bindings.len(), "kernel {}", pipeline.name);
+        let resources = buffers.iter().map(|b| Resource::Buffer((*b).clone())).collect();
+        self.dispatch_resources(pipeline, params, resources, groups);
+    }
+
+    /// As `dispatch`, with any mix of buffers and weight textures.
+    pub fn dispatch_resources<P: bytemuck::Pod>(&mut self, pipeline: &Arc<Pipeline>, params: &P, resources: Vec<Resource>, groups: [u32; 3]) {
+        debug_assert_eq!(resources.len(), pipeline.bindings.len(), "kernel {}", pipeline.name);
         let slot = (self.params.len() as u64 / PARAMS_SLOT) as u32;
         let bytes = bytemuck::bytes_of(params);
         self.params.extend_from_slice(bytes);
         self.params.resize(self.params.len().div_ceil(PARAMS_SLOT as usize) * PARAMS_SLOT as usize, 0);
-        self.dispatches.push(Dispatch { pipeline: pipeline.clone(), buffers: buffers.iter().map(|b| (*b).clone()).collect(), slot, groups });
+        self.dispatches.push(Dispatch { pipeline: pipeline.clone(), resources, slot, groups });
     }
 
     fn params_buffer(&self) -> Result<Arc<GpuBuffer>> {
@@ -89,9 +95,9 @@ impl<'g> Step<'g> {
         }
         let mut cache = gpu.bind_groups.lock().map_err(|_| EngineError::Gpu("bind group cache poisoned".into()))?;
         for d in &self.dispatches {
-            let mut key_ids = Vec::with_capacity(d.buffers.len() + 1);
+            let mut key_ids = Vec::with_capacity(d.resources.len() + 1);
             key_ids.push(params.id);
-            key_ids.extend(d.buffers.iter().map(|b| b.id));
+            key_ids.extend(d.resources.iter().map(Resource::id));
             let key = (d.pipeline.id, key_ids);
             if !cache.contains_key(&key) {
                 let mut entries = vec![wgpu::BindGroupEntry {
@@ -102,8 +108,8 @@ impl<'g> Step<'g> {
                         size: std::num::NonZeroU64::new(PARAMS_SLOT),
                     }),
                 }];
-                for (b, &(binding, _)) in d.buffers.iter().zip(d.pipeline.bindings) {
-                    entries.push(wgpu::BindGroupEntry { binding, resource: b.buffer.as_entire_binding() });
+                for (r, &(binding, _)) in d.resources.iter().zip(d.pipeline.bindings) {
+                    entries.push(wgpu::BindGroupEntry { binding, resource: r.binding() });
                 }
                 let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some(&d.pipeline.name),
@@ -115,9 +121,9 @@ impl<'g> Step<'g> {
         }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None });
         for d in &self.dispatches {
-            let mut key_ids = Vec::with_capacity(d.buffers.len() + 1);
+            let mut key_ids = Vec::with_capacity(d.resources.len() + 1);
             key_ids.push(params.id);
-            key_ids.extend(d.buffers.iter().map(|b| b.id));
+            key_ids.extend(d.resources.iter().map(Resource::id));
             let bg = &cache[&(d.pipeline.id, key_ids)];
             pass.set_pipeline(&d.pipeline.pipeline);
             pass.set_bind_group(0, bg, &[(d.slot as u64 * PARAMS_SLOT) as u32]);

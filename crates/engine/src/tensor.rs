@@ -1,9 +1,10 @@
 //! Weights on the GPU. Matrices are stored transposed, `[in][out]` with out padded to a multiple of 16,
 //! so matmul invocations read neighbouring columns; a matrix too large for one storage binding is split
-//! into column chunks, each its own buffer. Source data comes from the host as f32 / f16 / bf16 bytes
+//! into column chunks, each its own buffer. On CPU adapters f16 / f32 matrices live in weight textures
+//! instead (`upload_texture`: llvmpipe reads texels much faster than storage-buffer words). Source data comes from the host as f32 / f16 / bf16 bytes
 //! or GGML quantized blocks; quantized formats keep their blocks on the GPU (see quant.rs for the layout).
 
-use crate::context::{Gpu, GpuBuffer};
+use crate::context::{Gpu, GpuBuffer, GpuTexture, Resource};
 use crate::error::{EngineError, Result};
 use crate::quant::{QuantType, GROUP_COLS, QK};
 use half::{bf16, f16};
@@ -176,10 +177,14 @@ impl<'a> HostTensor<'a> {
 /// Matrix widths are padded to this many columns (matmul.wgsl's 16-column blocks).
 pub const COLUMN_ALIGN: usize = 16;
 
-/// One column range of a matrix in its own buffer, laid out `[k][wcols]`.
+/// Columns per group of a weight texture: 8 invocations x 16 columns (matmul.wgsl, TEXTURE).
+pub const TEXTURE_GROUP_COLS: usize = 128;
+
+/// One column range of a matrix in its own buffer, laid out `[k][wcols]`, or in its own weight
+/// texture in the grouped layout of matmul.wgsl's TEXTURE variant (`upload_texture`).
 #[derive(Debug, Clone)]
 pub struct MatrixChunk {
-    pub buffer: Arc<GpuBuffer>,
+    pub storage: Resource,
     pub col0: u32,
     pub cols: u32,
     pub wcols: u32,
@@ -196,9 +201,14 @@ pub struct Matrix {
 }
 
 impl Matrix {
-    /// Bytes on the GPU (what one full matmul reads).
+    /// Bytes of weights on the GPU (what one full matmul reads).
     pub fn bytes(&self) -> u64 {
-        self.chunks.iter().map(|c| c.buffer.size).sum()
+        self.chunks.iter().map(|c| c.storage.bytes()).sum()
+    }
+
+    /// Whether the chunks live in weight textures (kernels pick their TEXTURE variant).
+    pub fn on_texture(&self) -> bool {
+        matches!(self.chunks.first().map(|c| &c.storage), Some(Resource::Texture(_)))
     }
 
     /// Upload a `[n, k]` host matrix (PyTorch Linear layout), transposing and converting on the way,
@@ -212,6 +222,9 @@ impl Matrix {
         let (n, k) = (host.rows, host.cols);
         if let WeightFormat::Quant(q) = format {
             return Self::upload_quantized(gpu, host, q, limit, progress);
+        }
+        if gpu.caps.weight_textures {
+            return Self::upload_texture(gpu, host, format, limit, progress);
         }
         let esize: u64 = if format == WeightFormat::F32 { 4 } else { 2 };
         let max_cols = (limit / (k.max(1) as u64 * esize)) / COLUMN_ALIGN as u64 * COLUMN_ALIGN as u64;
@@ -254,7 +267,64 @@ impl Matrix {
                 progress(host.dtype.bytes_for(kr * cols) as u64);
                 k0 += kr;
             }
-            chunks.push(MatrixChunk { buffer, col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
+            chunks.push(MatrixChunk { storage: Resource::Buffer(buffer), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
+            col0 += cols;
+        }
+        Ok(Matrix { name: host.name.to_string(), k, n, format, chunks })
+    }
+
+    /// Upload f16 / f32 weights into weight textures. Columns come in groups of 128 (8 invocations
+    /// of 16 columns); an invocation's 16 columns are split into `parts` texels (2 for f16: 8 packed
+    /// halves each; 4 for f32) and texel (group g, part s, input k, invocation i) sits at linear
+    /// index ((g * parts + s) * k_total + k) * 8 + i. Each run of 8 invocations thus streams through
+    /// contiguous memory as k advances, which is what llvmpipe reads fastest.
+    fn upload_texture(gpu: &Gpu, host: &HostTensor, format: WeightFormat, limit: u64, progress: &mut dyn FnMut(u64)) -> Result<Matrix> {
+        let (n, k) = (host.rows, host.cols);
+        let parts: usize = if format == WeightFormat::F32 { 4 } else { 2 };
+        let group_texels = (parts * k.max(1) * 8) as u64;
+        let max_groups = (gpu.weight_texture_capacity().min(limit / 16) / group_texels) as usize;
+        if max_groups == 0 {
+            return Err(EngineError::LimitTooSmall {
+                what: format!("{TEXTURE_GROUP_COLS} columns of tensor '{}' ({k} inputs) in one weight texture", host.name),
+                needed: group_texels * 16,
+                limit: (gpu.weight_texture_capacity() * 16).min(limit),
+                limit_name: "max_texture_dimension_2d",
+                adapter: gpu.info.name.clone(),
+            });
+        }
+        let mut chunks = Vec::new();
+        let mut col0 = 0usize;
+        let mut column = vec![0f32; k];
+        while col0 < n {
+            let cols = (n - col0).min(max_groups * TEXTURE_GROUP_COLS);
+            let groups = cols.div_ceil(TEXTURE_GROUP_COLS);
+            let tex = gpu.weight_texture(&format!("{}[{col0}..]", host.name), groups as u64 * group_texels)?;
+            let mut writer = TextureRowWriter::new(gpu, &tex);
+            // One group at a time: its texels are one contiguous run of the linear texel order.
+            let mut group = vec![0u32; parts * k * 8 * 4];
+            for g in 0..groups {
+                group.iter_mut().for_each(|w| *w = 0);
+                for gc in 0..TEXTURE_GROUP_COLS.min(cols - g * TEXTURE_GROUP_COLS) {
+                    host.read_row(col0 + g * TEXTURE_GROUP_COLS + gc, 0, &mut column);
+                    let (inv, c) = (gc / 16, gc % 16);
+                    for (kk, &v) in column.iter().enumerate() {
+                        let (s, word, shift) = match format {
+                            WeightFormat::F32 => (c / 4, c % 4, None),
+                            _ => (c / 8, (c % 8) / 2, Some(16 * (c % 2))),
+                        };
+                        let at = (((s * k + kk) * 8 + inv) * 4) + word;
+                        match shift {
+                            None => group[at] = v.to_bits(),
+                            Some(sh) => group[at] |= (f16::from_f32(v).to_bits() as u32) << sh,
+                        }
+                    }
+                }
+                writer.push(&group);
+                progress(host.dtype.bytes_for(k * TEXTURE_GROUP_COLS.min(cols - g * TEXTURE_GROUP_COLS)) as u64);
+            }
+            writer.finish();
+            let wcols = groups * TEXTURE_GROUP_COLS;
+            chunks.push(MatrixChunk { storage: Resource::Texture(tex), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
             col0 += cols;
         }
         Ok(Matrix { name: host.name.to_string(), k, n, format, chunks })
@@ -274,7 +344,9 @@ impl Matrix {
         let kb = k / QK;
         let words = q.gpu_group_words();
         let group_bytes = (words * 4) as u64;
-        let max_groups = limit / (kb as u64 * group_bytes);
+        // In weight textures the same word sequence fills texels (4 words each) in order.
+        let capacity = if gpu.caps.weight_textures { limit.min(gpu.weight_texture_capacity() * 16) } else { limit };
+        let max_groups = capacity / (kb as u64 * group_bytes);
         if max_groups == 0 {
             return Err(EngineError::LimitTooSmall {
                 what: format!("16 columns of tensor '{}' ({k} inputs, {})", host.name, q.name()),
@@ -295,7 +367,12 @@ impl Matrix {
             let cols = (n - col0).min(max_cols);
             let groups = cols.div_ceil(GROUP_COLS);
             let wcols = groups * GROUP_COLS;
-            let buffer = gpu.buffer(&format!("{}[{col0}..]", host.name), kb as u64 * groups as u64 * group_bytes)?;
+            let label = format!("{}[{col0}..]", host.name);
+            let mut sink = if gpu.caps.weight_textures {
+                QuantSink::Texture(gpu.weight_texture(&label, kb as u64 * groups as u64 * group_bytes / 16)?, Vec::new(), 0)
+            } else {
+                QuantSink::Buffer(gpu.buffer(&label, kb as u64 * groups as u64 * group_bytes)?)
+            };
             // Pieces of whole block-rows (~4 MiB), zero-padded past `cols` (d = 0 dequantizes to 0).
             let piece = ((4usize << 20) / (groups * words * 4)).max(1);
             let mut b0 = 0;
@@ -317,11 +394,11 @@ impl Matrix {
                         q.pack_gpu(src, cc, &mut out[at..at + words]);
                     }
                 }
-                gpu.write(&buffer, (b0 * groups * words) as u64, &out);
+                sink.write(gpu, (b0 * groups * words) as u64, &out);
                 progress(host.dtype.bytes_for(nb * QK * cols) as u64);
                 b0 += nb;
             }
-            chunks.push(MatrixChunk { buffer, col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
+            chunks.push(MatrixChunk { storage: sink.finish(gpu), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
             col0 += cols;
         }
         Ok(Matrix { name: host.name.to_string(), k, n, format: WeightFormat::Quant(q), chunks })
@@ -332,6 +409,78 @@ impl Matrix {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let host = HostTensor::new(name, HostDType::F32, n, k, bytes)?;
         Matrix::upload(gpu, &host, format, &mut |_| {})
+    }
+}
+
+/// Where quantized words go: a buffer (written at offsets) or a weight texture (written in order,
+/// with the words not yet filling whole texture rows held back).
+enum QuantSink {
+    Buffer(Arc<GpuBuffer>),
+    Texture(Arc<GpuTexture>, Vec<u32>, u32),
+}
+
+impl QuantSink {
+    fn write(&mut self, gpu: &Gpu, offset_words: u64, words: &[u32]) {
+        match self {
+            QuantSink::Buffer(b) => gpu.write(b, offset_words, words),
+            QuantSink::Texture(tex, pending, next_row) => {
+                debug_assert_eq!(offset_words, *next_row as u64 * tex.width as u64 * 4 + pending.len() as u64, "quantized words arrive in order");
+                let mut writer = TextureRowWriter { gpu, tex, pending: std::mem::take(pending), next_row: *next_row };
+                writer.push(words);
+                writer.flush_whole_rows();
+                *pending = writer.pending;
+                *next_row = writer.next_row;
+            }
+        }
+    }
+
+    fn finish(self, gpu: &Gpu) -> Resource {
+        match self {
+            QuantSink::Buffer(b) => Resource::Buffer(b),
+            QuantSink::Texture(tex, pending, next_row) => {
+                TextureRowWriter { gpu, tex: &tex, pending, next_row }.finish();
+                Resource::Texture(tex)
+            }
+        }
+    }
+}
+
+/// Streams texels (4 u32 words each, in linear order) into a weight texture a few MiB of whole rows
+/// at a time; `finish` zero-pads and writes the last partial row.
+struct TextureRowWriter<'a> {
+    gpu: &'a Gpu,
+    tex: &'a GpuTexture,
+    pending: Vec<u32>,
+    next_row: u32,
+}
+
+impl<'a> TextureRowWriter<'a> {
+    fn new(gpu: &'a Gpu, tex: &'a GpuTexture) -> Self {
+        Self { gpu, tex, pending: Vec::new(), next_row: 0 }
+    }
+
+    fn row_words(&self) -> usize {
+        self.tex.width as usize * 4
+    }
+
+    fn push(&mut self, words: &[u32]) {
+        self.pending.extend_from_slice(words);
+        if self.pending.len() * 4 >= 4 << 20 {
+            self.flush_whole_rows();
+        }
+    }
+
+    fn flush_whole_rows(&mut self) {
+        let whole = self.pending.len() / self.row_words() * self.row_words();
+        self.gpu.write_texture_rows(self.tex, self.next_row, &self.pending[..whole]);
+        self.next_row += (whole / self.row_words()) as u32;
+        self.pending.drain(..whole);
+    }
+
+    fn finish(mut self) {
+        let padded = self.pending.len().div_ceil(self.row_words()) * self.row_words();
+        self.pending.resize(padded, 0);
+        self.flush_whole_rows();
     }
 }
 

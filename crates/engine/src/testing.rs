@@ -31,22 +31,42 @@ impl Rng {
     }
 }
 
-pub fn test_gpus() -> Vec<(String, Arc<Gpu>)> {
+/// The backends the GPU tests run on: DOMINO_TEST_BACKENDS, else Vulkan and GL.
+pub fn test_backends() -> Vec<(String, BackendChoice)> {
     let wanted = std::env::var("DOMINO_TEST_BACKENDS").unwrap_or_else(|_| "vulkan,gl".into());
+    wanted
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|name| (name.to_string(), BackendChoice::parse(name).unwrap_or_else(|e| panic!("DOMINO_TEST_BACKENDS: {e}"))))
+        .collect()
+}
+
+/// A device on `backend` with weight textures forced on or off (everything else the adapter's default).
+pub fn test_gpu_with_storage(name: &str, backend: BackendChoice, textures: bool) -> Arc<Gpu> {
+    let opts = GpuOptions { backend, weight_textures: Some(textures), ..Default::default() };
+    pollster::block_on(Gpu::new(&opts)).unwrap_or_else(|e| panic!("GPU test adapter '{name}' is required but unavailable: {e}"))
+}
+
+pub fn test_gpus() -> Vec<(String, Arc<Gpu>)> {
     let mut out = Vec::new();
-    for name in wanted.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let backend = BackendChoice::parse(name).unwrap_or_else(|e| panic!("DOMINO_TEST_BACKENDS: {e}"));
-        // Native variants really native: f16 weights read as f16 even where packed would be picked.
-        let native = pollster::block_on(Gpu::new(&GpuOptions { backend, packed_f16: Some(false), ..Default::default() }))
+    for (name, backend) in test_backends() {
+        let name = name.as_str();
+        // Native variants really native: f16 weights read as f16 from storage buffers even where
+        // packed f16 or weight textures would be picked.
+        let opts = GpuOptions { backend, packed_f16: Some(false), weight_textures: Some(false), ..Default::default() };
+        let native = pollster::block_on(Gpu::new(&opts))
             .unwrap_or_else(|e| panic!("GPU test adapter '{name}' is required but unavailable: {e}"));
-        let label = format!("{name}[f16={},subgroup={}]", native.caps.f16, native.caps.subgroup);
         let has_native_variants = native.caps.f16 || native.caps.subgroup;
-        out.push((label, native));
         if has_native_variants {
-            let opts = GpuOptions { backend, disable_f16: true, disable_subgroup: true, ..Default::default() };
-            let fallback = pollster::block_on(Gpu::new(&opts)).unwrap_or_else(|e| panic!("GPU adapter '{name}': {e}"));
-            out.push((format!("{name}[fallback]"), fallback));
+            let label = format!("{name}[f16={},subgroup={},buffers]", native.caps.f16, native.caps.subgroup);
+            out.push((label, native));
         }
+        // The adapter's own choices without f16 and subgroups (weight textures on CPU adapters).
+        let opts = GpuOptions { backend, disable_f16: true, disable_subgroup: true, ..Default::default() };
+        let fallback = pollster::block_on(Gpu::new(&opts)).unwrap_or_else(|e| panic!("GPU adapter '{name}': {e}"));
+        let storage = if fallback.caps.weight_textures { "textures" } else { "buffers" };
+        out.push((format!("{name}[fallback,{storage}]"), fallback));
     }
     out
 }

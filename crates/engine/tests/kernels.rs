@@ -4,7 +4,7 @@
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
 use domino_engine::reference;
 use domino_engine::testing::{test_gpus, Rng};
-use domino_engine::{Epilogue, Gpu, HostDType, HostTensor, Matrix, Rows, Step, WeightFormat};
+use domino_engine::{Epilogue, Gpu, HostDType, HostTensor, Matrix, QuantType, Rows, Step, WeightFormat};
 use pollster::block_on;
 use std::sync::Arc;
 
@@ -65,20 +65,21 @@ fn matmul_matches_reference_and_is_batch_invariant() {
 fn matmul_split_across_buffers_matches_single_buffer() {
     for (name, gpu) in test_gpus() {
         let mut rng = Rng::new(2);
-        let (k, n) = (40, 103);
+        let (k, n) = (40, 300);
         let wv = rng.vec(n * k, 0.5);
         let host = HostTensor::new("w", HostDType::F32, n, k, bytemuck::cast_slice(&wv)).unwrap();
         let whole = Matrix::upload(&gpu, &host, WeightFormat::F16, &mut |_| {}).unwrap();
-        // 40 inputs * 2 bytes * 16 columns per chunk -> 7 chunks.
-        let split = Matrix::upload_chunked(&gpu, &host, WeightFormat::F16, 40 * 2 * 16, &mut |_| {}).unwrap();
-        assert_eq!(split.chunks.len(), 7);
+        // The smallest chunk: 16 columns in buffers (19 chunks), a 128-column group in textures (3).
+        let (cols, chunks) = if gpu.caps.weight_textures { (128, 3) } else { (16, 19) };
+        let split = Matrix::upload_chunked(&gpu, &host, WeightFormat::F16, 40 * 2 * cols, &mut |_| {}).unwrap();
+        assert_eq!((whole.chunks.len(), split.chunks.len()), (1, chunks), "{name}");
         let x = rng.vec(3 * k, 1.0);
         let a = run_matmul(&gpu, &whole, &x, 3, &vec![0.0; 3 * n], Epilogue::Store);
         let b = run_matmul(&gpu, &split, &x, 3, &vec![0.0; 3 * n], Epilogue::Store);
         assert_eq!(a, b, "{name}");
         // The embedding gather over the split table equals the reference rows.
-        let ids: Vec<u32> = vec![0, 15, 16, 102, 50];
-        let idb = gpu.buffer("ids", 20).unwrap();
+        let ids: Vec<u32> = vec![0, 15, 16, 299, 50, 127, 128, 255, 256];
+        let idb = gpu.buffer("ids", 4 * ids.len() as u64).unwrap();
         gpu.write(&idb, 0, &ids);
         let yb = gpu.buffer("y", (ids.len() * k * 4) as u64).unwrap();
         let mut step = Step::new(&gpu);
@@ -87,6 +88,57 @@ fn matmul_split_across_buffers_matches_single_buffer() {
         let got = read(&gpu, &yb, ids.len() * k);
         let wq: Vec<f32> = wv.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect();
         assert_eq!(got, reference::embedding(&wq, k, &ids), "{name} embedding");
+    }
+}
+
+/// Weight textures (the CPU adapters' storage) and storage buffers give bit-identical matmul, GLU and
+/// embedding results for every weight format: same weights, same per-column order of accumulation.
+#[test]
+fn weight_textures_match_storage_buffers_bit_for_bit() {
+    for (name, backend) in domino_engine::testing::test_backends() {
+        let on_texture = domino_engine::testing::test_gpu_with_storage(&name, backend, true);
+        let on_buffer = domino_engine::testing::test_gpu_with_storage(&name, backend, false);
+        let mut rng = Rng::new(9);
+        // 300 columns: two full 128-column texture groups and a partial one.
+        let (k, n) = (96, 300);
+        let (wv, uv) = (rng.vec(n * k, 0.5), rng.vec(n * k, 0.5));
+        let x = rng.vec(7 * k, 1.0);
+        let ids: Vec<u32> = vec![0, 7, 15, 16, 127, 128, 200, 299];
+        let quant = [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1].map(WeightFormat::Quant);
+        for format in [WeightFormat::F16, WeightFormat::F32].into_iter().chain(quant) {
+            let results: Vec<Vec<Vec<f32>>> = [&on_texture, &on_buffer]
+                .iter()
+                .map(|gpu| {
+                    let w = Matrix::from_f32(gpu, "w", n, k, &wv, format).unwrap();
+                    let u = Matrix::from_f32(gpu, "u", n, k, &uv, format).unwrap();
+                    let mut out: Vec<Vec<f32>> = [1usize, 7].iter().map(|&rows| run_matmul(gpu, &w, &x[..rows * k], rows, &vec![0.0; rows * n], Epilogue::Store)).collect();
+                    let (xb, yb) = (upload(gpu, &x), gpu.buffer("y", (7 * n * 4) as u64).unwrap());
+                    let mut step = Step::new(gpu);
+                    kernels::matmul_glu(&mut step, &w, &u, &Rows::new(&xb, 0, k as u32), &Rows::new(&yb, 0, n as u32), 7).unwrap();
+                    step.submit().unwrap();
+                    out.push(read(gpu, &yb, 7 * n));
+                    let idb = gpu.buffer("ids", 4 * ids.len() as u64).unwrap();
+                    gpu.write(&idb, 0, &ids);
+                    let eb = gpu.buffer("e", (ids.len() * k * 4) as u64).unwrap();
+                    let mut step = Step::new(gpu);
+                    kernels::embedding(&mut step, &w, &idb, 0, &Rows::new(&eb, 0, k as u32), ids.len() as u32).unwrap();
+                    step.submit().unwrap();
+                    out.push(read(gpu, &eb, ids.len() * k));
+                    assert_eq!(w.on_texture(), gpu.caps.weight_textures);
+                    out
+                })
+                .collect();
+            for (i, what) in ["matmul 1 row", "matmul 7 rows", "glu 7 rows", "embedding"].iter().enumerate() {
+                let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&results[0][i]), bits(&results[1][i]), "{name} {format:?} {what}: textures differ from buffers");
+            }
+            let wq: Vec<f32> = match format {
+                WeightFormat::F32 => wv.clone(),
+                WeightFormat::F16 => wv.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+                WeightFormat::Quant(t) => domino_engine::quant::dequantize(t, &domino_engine::quant::quantize(t, &wv)),
+            };
+            assert_eq!(results[0][3], reference::embedding(&wq, k, &ids), "{name} {format:?} embedding vs reference");
+        }
     }
 }
 
