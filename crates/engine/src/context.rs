@@ -405,8 +405,8 @@ impl Gpu {
         if height > self.caps.max_texture_dim as u64 {
             return Err(EngineError::LimitTooSmall {
                 what: format!("weight texture '{label}' ({width} x {height} texels)"),
-                needed: height,
-                limit: self.caps.max_texture_dim as u64,
+                needed: height * width as u64 * 16,
+                limit: self.caps.max_texture_dim as u64 * width as u64 * 16,
                 limit_name: "max_texture_dimension_2d",
                 adapter: self.info.name.clone(),
             });

@@ -142,6 +142,21 @@ fn weight_textures_match_storage_buffers_bit_for_bit() {
     }
 }
 
+/// A matrix whose smallest chunk cannot fit the limit is a clear error naming the tensor and the
+/// limit, in either weight storage.
+#[test]
+fn chunk_limit_too_small_is_a_clear_error() {
+    for (name, backend) in domino_engine::testing::test_backends() {
+        for textures in [true, false] {
+            let gpu = domino_engine::testing::test_gpu_with_storage(&name, backend, textures);
+            let wv = vec![0.5f32; 64 * 40];
+            let host = HostTensor::new("blk.0.ffn_up", HostDType::F32, 64, 40, bytemuck::cast_slice(&wv)).unwrap();
+            let err = Matrix::upload_chunked(&gpu, &host, WeightFormat::F16, 100, &mut |_| {}).unwrap_err().to_string();
+            assert!(err.contains("blk.0.ffn_up") && err.contains("100"), "{name} textures={textures}: {err}");
+        }
+    }
+}
+
 #[test]
 fn glu_matches_reference() {
     for (name, gpu) in test_gpus() {
