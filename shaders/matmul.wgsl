@@ -19,7 +19,8 @@
 //   3 storage  w_up (GLU variant only): the up projection, same layout as w (the gate)
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
 // Defines: ROWS (rows per invocation: 1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), F32 | F16, GLU,
-// TEXTURE with TEX_SHIFT (log2 of the texture width).
+// TEXTURE with TEX_SHIFT (log2 of the texture width), X4 (x read as vec4: k, x_offset, x_stride
+// multiples of 4).
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
 // order 0..k with explicit fma. No cross-invocation reduction exists, so a row's result is bit-identical
@@ -51,7 +52,11 @@ alias Block = array<vec4<u32>, 2>;
 #endif
 
 @group(0) @binding(0) var<uniform> p: Params;
+#if X4
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+#else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
 #if TEXTURE
 @group(0) @binding(2) var w: texture_2d<u32>;
 #if GLU
@@ -142,6 +147,36 @@ fn silu(v: vec4<f32>) -> vec4<f32> {
 }
 #endif
 
+alias Acc = array<vec4<f32>, ROWS * 4u>;
+
+// One step of k: acc[r] (+ acc_up[r] for GLU) += xs[r] * W[k, this block] for each row r.
+fn mac(acc: ptr<function, Acc>, acc_up: ptr<function, Acc>, blk: u32, k: u32, xs: array<f32, ROWS>) {
+    let wg = expand(load_w(blk, k));
+#if GLU
+    let wu = expand(load_up(blk, k));
+#endif
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        let xv = vec4<f32>(xs[r]);
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            (*acc)[r * 4u + j] = fma(xv, wg[j], (*acc)[r * 4u + j]);
+#if GLU
+            (*acc_up)[r * 4u + j] = fma(xv, wu[j], (*acc_up)[r * 4u + j]);
+#endif
+        }
+    }
+}
+
+#if X4
+// Component e of each row's four inputs.
+fn lane(x4: array<vec4<f32>, ROWS>, e: u32) -> array<f32, ROWS> {
+    var xs: array<f32, ROWS>;
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        xs[r] = x4[r][e];
+    }
+    return xs;
+}
+#endif
+
 @compute @workgroup_size(16)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let blk = gid.x;
@@ -149,27 +184,33 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (blk * 16u >= p.cols || r0 >= p.n_rows) {
         return;
     }
-    var acc: array<vec4<f32>, ROWS * 4u>;
-#if GLU
-    var acc_up: array<vec4<f32>, ROWS * 4u>;
-#endif
-    for (var k = 0u; k < p.k; k = k + 1u) {
-        let wg = expand(load_w(blk, k));
-#if GLU
-        let wu = expand(load_up(blk, k));
-#endif
+    var acc: Acc;
+    var acc_up: Acc;
+    // Rows past n_rows re-read the last row; their results are never stored.
+#if X4
+    // x read four inputs at a time (k, x_offset and x_stride are multiples of 4): one vector load
+    // instead of four scalar ones, the same order of accumulation.
+    for (var k = 0u; k < p.k; k = k + 4u) {
+        var x4: array<vec4<f32>, ROWS>;
         for (var r = 0u; r < ROWS; r = r + 1u) {
-            // Rows past n_rows re-read the last row; their results are never stored.
             let row = min(r0 + r, p.n_rows - 1u);
-            let xv = vec4<f32>(x[p.x_offset + row * p.x_stride + k]);
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                acc[r * 4u + j] = fma(xv, wg[j], acc[r * 4u + j]);
-#if GLU
-                acc_up[r * 4u + j] = fma(xv, wu[j], acc_up[r * 4u + j]);
-#endif
-            }
+            x4[r] = x[(p.x_offset + row * p.x_stride + k) / 4u];
         }
+        mac(&acc, &acc_up, blk, k, lane(x4, 0u));
+        mac(&acc, &acc_up, blk, k + 1u, lane(x4, 1u));
+        mac(&acc, &acc_up, blk, k + 2u, lane(x4, 2u));
+        mac(&acc, &acc_up, blk, k + 3u, lane(x4, 3u));
     }
+#else
+    for (var k = 0u; k < p.k; k = k + 1u) {
+        var xs: array<f32, ROWS>;
+        for (var r = 0u; r < ROWS; r = r + 1u) {
+            let row = min(r0 + r, p.n_rows - 1u);
+            xs[r] = x[p.x_offset + row * p.x_stride + k];
+        }
+        mac(&acc, &acc_up, blk, k, xs);
+    }
+#endif
     for (var r = 0u; r < ROWS; r = r + 1u) {
         let row = r0 + r;
         if (row >= p.n_rows) {

@@ -130,7 +130,7 @@ pub enum Epilogue {
 }
 
 /// The matmul pipeline for `w`: matmul.wgsl for f32/f16 (buffer or texture), matmul_quant.wgsl for blocks.
-fn matmul_pipeline(gpu: &Gpu, w: &Matrix, n_rows: u32, glu: bool) -> Result<Arc<Pipeline>> {
+fn matmul_pipeline(gpu: &Gpu, w: &Matrix, x: &Rows, n_rows: u32, glu: bool) -> Result<Arc<Pipeline>> {
     let rows = if n_rows == 1 { 1 } else { MATMUL_ROWS };
     let spec = match (w.format, glu, w.on_texture()) {
         (WeightFormat::Quant(_), false, false) => &MATMUL_QUANT,
@@ -142,7 +142,9 @@ fn matmul_pipeline(gpu: &Gpu, w: &Matrix, n_rows: u32, glu: bool) -> Result<Arc<
         (_, false, true) => &MATMUL_TEX,
         (_, true, true) => &MATMUL_GLU_TEX,
     };
-    gpu.pipeline(spec, &matrix_defines(gpu, w).flag_if("GLU", glu).value("ROWS", rows))
+    // Float kernels read x four inputs at a time where its layout allows (the same sums either way).
+    let x4 = !matches!(w.format, WeightFormat::Quant(_)) && w.k % 4 == 0 && x.offset % 4 == 0 && (n_rows == 1 || x.stride % 4 == 0);
+    gpu.pipeline(spec, &matrix_defines(gpu, w).flag_if("GLU", glu).flag_if("X4", x4).value("ROWS", rows))
 }
 
 fn matmul_params(k: usize, c: &MatrixChunk, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> MatmulParams {
@@ -168,7 +170,7 @@ fn matmul_groups(c: &MatrixChunk, n_rows: u32) -> [u32; 3] {
 
 /// y[r, :] (+)= x[r, :] · Wᵀ for `n_rows` rows.
 pub fn matmul(step: &mut Step, w: &Matrix, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
-    let p = matmul_pipeline(step.gpu(), w, n_rows, false)?;
+    let p = matmul_pipeline(step.gpu(), w, x, n_rows, false)?;
     for c in &w.chunks {
         let params = matmul_params(w.k, c, x, y, n_rows, epilogue);
         let resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone(), Resource::Buffer(y.buf.clone())];
@@ -185,7 +187,7 @@ pub fn matmul_glu(step: &mut Step, gate: &Matrix, up: &Matrix, x: &Rows, y: &Row
             message: format!("stored as {} but its gate {} is {}: a fused GLU needs one format and layout", up.format.name(), gate.name, gate.format.name()),
         });
     }
-    let p = matmul_pipeline(step.gpu(), gate, n_rows, true)?;
+    let p = matmul_pipeline(step.gpu(), gate, x, n_rows, true)?;
     for (c, u) in gate.chunks.iter().zip(&up.chunks) {
         let params = matmul_params(gate.k, c, x, y, n_rows, Epilogue::Store);
         let resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone(), u.storage.clone(), Resource::Buffer(y.buf.clone())];

@@ -142,6 +142,31 @@ fn weight_textures_match_storage_buffers_bit_for_bit() {
     }
 }
 
+/// The vec4 read of x (X4: offset and stride multiples of 4) and the scalar read (any offset) sum in
+/// the same order: identical bits.
+#[test]
+fn matmul_x4_and_scalar_input_reads_agree() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(12);
+        let (k, n, rows) = (64usize, 40usize, 3usize);
+        let w = Matrix::from_f32(&gpu, "w", n, k, &rng.vec(n * k, 0.5), WeightFormat::F16).unwrap();
+        let x = rng.vec(rows * k, 1.0);
+        let mut shifted = vec![0.0f32];
+        shifted.extend_from_slice(&x);
+        let (xa, xb) = (upload(&gpu, &x), upload(&gpu, &shifted));
+        for r in [1usize, rows] {
+            let run = |xbuf: &Arc<domino_engine::GpuBuffer>, offset: u32| {
+                let yb = gpu.buffer("y", (r * n * 4) as u64).unwrap();
+                let mut step = Step::new(&gpu);
+                kernels::matmul(&mut step, &w, &Rows::new(xbuf, offset, k as u32), &Rows::new(&yb, 0, n as u32), r as u32, Epilogue::Store).unwrap();
+                step.submit().unwrap();
+                read(&gpu, &yb, r * n).iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(run(&xa, 0), run(&xb, 1), "{name} rows={r}");
+        }
+    }
+}
+
 /// A matrix whose smallest chunk cannot fit the limit is a clear error naming the tensor and the
 /// limit, in either weight storage.
 #[test]
