@@ -16,6 +16,10 @@
 // Masking: causal=1 -> row r sees keys [0, kv_len + r] (kv_len = keys cached before row 0; rows are
 // consecutive positions); causal=0 -> every row sees keys [0, kv_len) (the drafter's unmasked pass over
 // [context cache ++ block]). Query head h reads kv head h / (n_heads / n_kv_heads).
+// Defines: PARTIAL (the first entry point), WG (workgroup size: 8 on CPU adapters, where the few
+// (row, head, chunk) invocations of a decode step must still spread over every core; 64 otherwise),
+// V4 (head_dim, q_offset and q_stride multiples of 4: q, K, V and the partials are read as vec4,
+// with the same order of fma per channel as the scalar reads).
 // Invariants: chunk boundaries are absolute key indices and every sum runs in a fixed order, so a row's
 // output does not depend on how many rows are in the batch (batch invariance). head_dim <= 256.
 
@@ -35,14 +39,22 @@ struct Params {
 }
 
 const CHUNK: u32 = 32u;
+const WG: u32 = {{WG}}u;
 const NEG_BIG: f32 = -3.0e38;
 
 @group(0) @binding(0) var<uniform> p: Params;
 #if PARTIAL
+#if V4
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> part: array<vec4<f32>>;
+#else
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k_cache: array<f32>;
 @group(0) @binding(3) var<storage, read> v_cache: array<f32>;
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
+#endif
 @group(0) @binding(5) var<storage, read_write> stats: array<vec2<f32>>;
 #else
 @group(0) @binding(4) var<storage, read> part: array<f32>;
@@ -58,9 +70,9 @@ fn visible_keys(row: u32) -> u32 {
 }
 
 #if PARTIAL
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let t = gid.x + gid.y * 65535u * 64u;
+    let t = gid.x + gid.y * 65535u * WG;
     if (t >= p.n_rows * p.n_heads * p.n_chunks) {
         return;
     }
@@ -82,9 +94,20 @@ fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var j = start; j < end; j = j + 1u) {
         let kb = (j * p.n_kv_heads + kv_head) * d;
         var dot = 0.0;
+#if V4
+        for (var i = 0u; i < d / 4u; i = i + 1u) {
+            let qv = q[qb / 4u + i];
+            let kv = k_cache[kb / 4u + i];
+            dot = fma(qv.x, kv.x, dot);
+            dot = fma(qv.y, kv.y, dot);
+            dot = fma(qv.z, kv.z, dot);
+            dot = fma(qv.w, kv.w, dot);
+        }
+#else
         for (var i = 0u; i < d; i = i + 1u) {
             dot = fma(q[qb + i], k_cache[kb + i], dot);
         }
+#endif
         let score = dot * p.scale;
         s[j - start] = score;
         m = max(m, score);
@@ -96,6 +119,15 @@ fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
         l = l + e;
     }
     let pb = t * d;
+#if V4
+    for (var i = 0u; i < d / 4u; i = i + 1u) {
+        var a = vec4<f32>(0.0);
+        for (var j = start; j < end; j = j + 1u) {
+            a = fma(vec4<f32>(s[j - start]), v_cache[(j * p.n_kv_heads + kv_head) * d / 4u + i], a);
+        }
+        part[pb / 4u + i] = a;
+    }
+#else
     for (var i = 0u; i < d; i = i + 1u) {
         var a = 0.0;
         for (var j = start; j < end; j = j + 1u) {
@@ -103,12 +135,13 @@ fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         part[pb + i] = a;
     }
+#endif
     stats[t] = vec2<f32>(m, l);
 }
 #else
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let t = gid.x + gid.y * 65535u * 64u;
+    let t = gid.x + gid.y * 65535u * WG;
     let d = p.head_dim;
     if (t >= p.n_rows * p.n_heads * d) {
         return;

@@ -57,6 +57,9 @@ impl BackendChoice {
 /// What the kernels may use on this device. Variants are picked from these at pipeline creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caps {
+    /// A CPU adapter (llvmpipe / lavapipe, SwiftShader): 8-lane SIMD per core, so kernels with few
+    /// invocations use small workgroups to reach every core.
+    pub cpu: bool,
     /// shader-f16 granted: f16 weights are read natively instead of unpacked from u32 pairs.
     pub f16: bool,
     /// subgroup operations granted: reductions use subgroupAdd instead of workgroup memory only.
@@ -325,11 +328,13 @@ impl Gpu {
             .await
             .map_err(|e| EngineError::RequestDevice { adapter: info.name.clone(), message: e.to_string() })?;
         let granted = device.features();
+        let cpu = adapter.get_info().device_type == wgpu::DeviceType::Cpu;
         let caps = Caps {
+            cpu,
             f16: granted.contains(wgpu::Features::SHADER_F16),
             subgroup: granted.contains(wgpu::Features::SUBGROUP),
-            prefer_packed_f16: opts.packed_f16.unwrap_or(adapter.get_info().device_type == wgpu::DeviceType::Cpu),
-            weight_textures: opts.weight_textures.unwrap_or(adapter.get_info().device_type == wgpu::DeviceType::Cpu),
+            prefer_packed_f16: opts.packed_f16.unwrap_or(cpu),
+            weight_textures: opts.weight_textures.unwrap_or(cpu),
             max_texture_dim: limits.max_texture_dimension_2d,
             max_storage_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,

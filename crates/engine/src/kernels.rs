@@ -351,8 +351,11 @@ pub fn attention(
     causal: bool,
 ) -> Result<()> {
     let gpu = step.gpu();
-    let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL"))?;
-    let combine = gpu.pipeline(&ATTN_COMBINE, &Defines::default())?;
+    // CPU adapters: small workgroups, so a decode step's few (head, chunk) invocations reach every core.
+    let wg = if gpu.caps.cpu { 8 } else { 64 };
+    let v4 = shape.head_dim % 4 == 0 && q.offset % 4 == 0 && q.stride % 4 == 0;
+    let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL").flag_if("V4", v4).value("WG", wg))?;
+    let combine = gpu.pipeline(&ATTN_COMBINE, &Defines::default().value("WG", wg))?;
     let max_visible = if causal { kv_len + n_rows } else { kv_len };
     let n_chunks = max_visible.div_ceil(ATTENTION_CHUNK).max(1);
     if n_chunks > scratch.max_chunks {
@@ -383,9 +386,9 @@ pub fn attention(
             &partial,
             &params,
             &[q.buf, k_cache, v_cache, &scratch.part, &scratch.stats],
-            flat_groups(rows * shape.n_heads * n_chunks, 64),
+            flat_groups(rows * shape.n_heads * n_chunks, wg),
         );
-        step.dispatch(&combine, &params, &[&scratch.part, &scratch.stats, out.buf], flat_groups(rows * shape.n_heads * shape.head_dim, 64));
+        step.dispatch(&combine, &params, &[&scratch.part, &scratch.stats, out.buf], flat_groups(rows * shape.n_heads * shape.head_dim, wg));
         r0 += rows;
     }
     Ok(())

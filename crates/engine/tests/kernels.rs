@@ -244,12 +244,21 @@ fn rmsnorm_and_norm_rope_match_reference() {
 
 #[allow(clippy::too_many_arguments)]
 fn run_attention(gpu: &Gpu, shape: AttentionShape, q: &[f32], k: &Arc<domino_engine::GpuBuffer>, v: &Arc<domino_engine::GpuBuffer>, rows: usize, kv_len: usize, causal: bool) -> Vec<f32> {
+    run_attention_at(gpu, shape, q, 0, k, v, rows, kv_len, causal)
+}
+
+/// As `run_attention`, with the queries `q_offset` floats into their buffer (an odd offset forces the
+/// scalar reads; 0 allows the vec4 reads).
+#[allow(clippy::too_many_arguments)]
+fn run_attention_at(gpu: &Gpu, shape: AttentionShape, q: &[f32], q_offset: usize, k: &Arc<domino_engine::GpuBuffer>, v: &Arc<domino_engine::GpuBuffer>, rows: usize, kv_len: usize, causal: bool) -> Vec<f32> {
     let width = (shape.n_heads * shape.head_dim) as usize;
-    let qb = upload(gpu, q);
+    let mut padded = vec![0.0f32; q_offset];
+    padded.extend_from_slice(q);
+    let qb = upload(gpu, &padded);
     let ob = gpu.buffer("o", (rows * width * 4) as u64).unwrap();
     let scratch = AttentionScratch::new(gpu, shape, 17, 256).unwrap();
     let mut step = Step::new(gpu);
-    let r = Rows::new(&qb, 0, width as u32);
+    let r = Rows::new(&qb, q_offset as u32, width as u32);
     kernels::attention(&mut step, shape, &r, k, v, &Rows::new(&ob, 0, width as u32), &scratch, rows as u32, kv_len as u32, causal).unwrap();
     step.submit().unwrap();
     read(gpu, &ob, rows * width)
@@ -284,6 +293,13 @@ fn attention_matches_reference_and_is_batch_invariant() {
                 for rows in ROW_COUNTS {
                     let q = &q_all[..rows * width];
                     let got = run_attention(&gpu, shape, q, &kb, &vb, rows, kv_len, causal);
+                    // Scalar reads (odd query offset) and vec4 reads sum in the same order.
+                    let scalar = run_attention_at(&gpu, shape, q, 1, &kb, &vb, rows, kv_len, causal);
+                    assert_eq!(
+                        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        scalar.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "{name} d={d} causal={causal} rows={rows}: vec4 and scalar reads differ"
+                    );
                     let want = reference::attention(q, &kc, &vc, rows, hq, hkv, d, kv_len, past, causal);
                     let err = max_err(&got, &want);
                     assert!(err < 1e-5, "{name} hq={hq} hkv={hkv} d={d} causal={causal} rows={rows}: {err}");
