@@ -306,16 +306,17 @@ impl Matrix {
                 group.iter_mut().for_each(|w| *w = 0);
                 for gc in 0..TEXTURE_GROUP_COLS.min(cols - g * TEXTURE_GROUP_COLS) {
                     host.read_row(col0 + g * TEXTURE_GROUP_COLS + gc, 0, &mut column);
+                    // Column c of invocation inv: part s, word `word` of the texel (and the half).
                     let (inv, c) = (gc / 16, gc % 16);
+                    let (s, word, half) = match format {
+                        WeightFormat::F32 => (c / 4, c % 4, None),
+                        _ => (c / 8, (c % 8) / 2, Some(16 * (c % 2))),
+                    };
                     for (kk, &v) in column.iter().enumerate() {
-                        let (s, word, shift) = match format {
-                            WeightFormat::F32 => (c / 4, c % 4, None),
-                            _ => (c / 8, (c % 8) / 2, Some(16 * (c % 2))),
-                        };
-                        let at = (((s * k + kk) * 8 + inv) * 4) + word;
-                        match shift {
+                        let at = ((s * k + kk) * 8 + inv) * 4 + word;
+                        match half {
                             None => group[at] = v.to_bits(),
-                            Some(sh) => group[at] |= (f16::from_f32(v).to_bits() as u32) << sh,
+                            Some(shift) => group[at] |= (f16::from_f32(v).to_bits() as u32) << shift,
                         }
                     }
                 }
