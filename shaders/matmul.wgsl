@@ -89,28 +89,26 @@ fn texel_coords(t: u32) -> vec2<u32> {
     return vec2<u32>(t & ((1u << TEX_SHIFT) - 1u), t >> TEX_SHIFT);
 }
 
-// Block `blk` (16 columns) at input k of the gate (or only) weight, and of the up weight.
-fn load_w(blk: u32, k: u32) -> Block {
+// Block `blk` (16 columns) at input k of a weight texture: PARTS texels, K * 8 apart.
+fn load_block(tex: texture_2d<u32>, blk: u32, k: u32) -> Block {
     let t = ((blk >> 3u) * PARTS * p.k + k) * 8u + (blk & 7u);
     let part = p.k * 8u;
 #if F32
-    return array<vec4<f32>, 4>(bitcast<vec4<f32>>(textureLoad(w, texel_coords(t), 0)), bitcast<vec4<f32>>(textureLoad(w, texel_coords(t + part), 0)),
-                 bitcast<vec4<f32>>(textureLoad(w, texel_coords(t + 2u * part), 0)), bitcast<vec4<f32>>(textureLoad(w, texel_coords(t + 3u * part), 0)));
+    return array<vec4<f32>, 4>(bitcast<vec4<f32>>(textureLoad(tex, texel_coords(t), 0)), bitcast<vec4<f32>>(textureLoad(tex, texel_coords(t + part), 0)),
+                 bitcast<vec4<f32>>(textureLoad(tex, texel_coords(t + 2u * part), 0)), bitcast<vec4<f32>>(textureLoad(tex, texel_coords(t + 3u * part), 0)));
 #else
-    return array<vec4<u32>, 2>(textureLoad(w, texel_coords(t), 0), textureLoad(w, texel_coords(t + part), 0));
+    return array<vec4<u32>, 2>(textureLoad(tex, texel_coords(t), 0), textureLoad(tex, texel_coords(t + part), 0));
 #endif
+}
+
+// The gate (or only) weight's block, and the up weight's.
+fn load_w(blk: u32, k: u32) -> Block {
+    return load_block(w, blk, k);
 }
 
 #if GLU
 fn load_up(blk: u32, k: u32) -> Block {
-    let t = ((blk >> 3u) * PARTS * p.k + k) * 8u + (blk & 7u);
-    let part = p.k * 8u;
-#if F32
-    return array<vec4<f32>, 4>(bitcast<vec4<f32>>(textureLoad(w_up, texel_coords(t), 0)), bitcast<vec4<f32>>(textureLoad(w_up, texel_coords(t + part), 0)),
-                 bitcast<vec4<f32>>(textureLoad(w_up, texel_coords(t + 2u * part), 0)), bitcast<vec4<f32>>(textureLoad(w_up, texel_coords(t + 3u * part), 0)));
-#else
-    return array<vec4<u32>, 2>(textureLoad(w_up, texel_coords(t), 0), textureLoad(w_up, texel_coords(t + part), 0));
-#endif
+    return load_block(w_up, blk, k);
 }
 #endif
 #else
