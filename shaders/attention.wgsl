@@ -16,7 +16,8 @@
 // Masking: causal=1 -> row r sees keys [0, kv_len + r] (kv_len = keys cached before row 0; rows are
 // consecutive positions); causal=0 -> every row sees keys [0, kv_len) (the drafter's unmasked pass over
 // [context cache ++ block]). Query head h reads kv head h / (n_heads / n_kv_heads).
-// Defines: PARTIAL (the first entry point), WG (workgroup size: 8 on CPU adapters, where the few
+// Defines: PARTIAL (the first entry point), COOP (GPU kernel family: the partial pass with one
+// workgroup of CHUNK invocations per (row, head, chunk), below), WG (workgroup size: 8 on CPU adapters, where the few
 // (row, head, chunk) invocations of a decode step must still spread over every core; 64 otherwise),
 // V4 (head_dim, q_offset and q_stride multiples of 4: q, K, V and the partials are read as vec4,
 // with the same order of fma per channel as the scalar reads).
@@ -70,6 +71,117 @@ fn visible_keys(row: u32) -> u32 {
 }
 
 #if PARTIAL
+#if COOP
+// The GPU family's partial pass: one workgroup of CHUNK invocations per (row, head, chunk), so a
+// decode step at 4k keys has n_heads * 128 workgroups. Invocation j scores key start + j alone (dot
+// product in channel order); the chunk's max and sum run through fixed trees in workgroup memory;
+// invocation i then owns channels i, i + CHUNK, ... and sums over the chunk's keys in key order.
+var<workgroup> weight: array<f32, CHUNK>;
+var<workgroup> tree: array<f32, CHUNK>;
+
+fn tree_max(li: u32) -> f32 {
+    for (var stride = CHUNK / 2u; stride > 0u; stride = stride / 2u) {
+        workgroupBarrier();
+        if (li < stride) {
+            tree[li] = max(tree[li], tree[li + stride]);
+        }
+    }
+    workgroupBarrier();
+    let result = tree[0];
+    // Nobody may overwrite tree[0] before everyone has read it.
+    workgroupBarrier();
+    return result;
+}
+
+fn tree_sum(li: u32) -> f32 {
+    for (var stride = CHUNK / 2u; stride > 0u; stride = stride / 2u) {
+        workgroupBarrier();
+        if (li < stride) {
+            tree[li] = tree[li] + tree[li + stride];
+        }
+    }
+    workgroupBarrier();
+    let result = tree[0];
+    // Nobody may overwrite tree[0] before everyone has read it.
+    workgroupBarrier();
+    return result;
+}
+
+@compute @workgroup_size(CHUNK)
+fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let t = wid.x + wid.y * 65535u;
+    let valid = t < p.n_rows * p.n_heads * p.n_chunks;
+    let tc = min(t, p.n_rows * p.n_heads * p.n_chunks - 1u);
+    let chunk = tc % p.n_chunks;
+    let head = (tc / p.n_chunks) % p.n_heads;
+    let row = tc / (p.n_chunks * p.n_heads);
+    let d = p.head_dim;
+    let start = chunk * CHUNK;
+    let visible = visible_keys(row);
+    let end = min(start + CHUNK, visible);
+    let kv_head = head / (p.n_heads / p.n_kv_heads);
+    let qb = p.q_offset + row * p.q_stride + head * d;
+    let j = start + li;
+    let live = valid && j < end;
+    var score = NEG_BIG;
+    if (live) {
+        let kb = (j * p.n_kv_heads + kv_head) * d;
+        var dot = 0.0;
+#if V4
+        for (var i = 0u; i < d / 4u; i = i + 1u) {
+            let qv = q[qb / 4u + i];
+            let kv = k_cache[kb / 4u + i];
+            dot = fma(qv.x, kv.x, dot);
+            dot = fma(qv.y, kv.y, dot);
+            dot = fma(qv.z, kv.z, dot);
+            dot = fma(qv.w, kv.w, dot);
+        }
+#else
+        for (var i = 0u; i < d; i = i + 1u) {
+            dot = fma(q[qb + i], k_cache[kb + i], dot);
+        }
+#endif
+        score = dot * p.scale;
+    }
+    tree[li] = score;
+    let m = tree_max(li);
+    var e = 0.0;
+    if (live) {
+        e = exp(score - m);
+    }
+    weight[li] = e;
+    tree[li] = e;
+    let l = tree_sum(li);
+    if (valid && start < visible) {
+        let pb = t * d;
+        let n = end - start;
+#if V4
+        for (var i = li; i < d / 4u; i = i + CHUNK) {
+            var a = vec4<f32>(0.0);
+            for (var jj = 0u; jj < n; jj = jj + 1u) {
+                a = fma(vec4<f32>(weight[jj]), v_cache[((start + jj) * p.n_kv_heads + kv_head) * d / 4u + i], a);
+            }
+            part[pb / 4u + i] = a;
+        }
+#else
+        for (var i = li; i < d; i = i + CHUNK) {
+            var a = 0.0;
+            for (var jj = 0u; jj < n; jj = jj + 1u) {
+                a = fma(weight[jj], v_cache[((start + jj) * p.n_kv_heads + kv_head) * d + i], a);
+            }
+            part[pb + i] = a;
+        }
+#endif
+    }
+    if (valid && li == 0u) {
+        if (start < visible) {
+            stats[t] = vec2<f32>(m, l);
+        } else {
+            stats[t] = vec2<f32>(NEG_BIG, 0.0);
+        }
+    }
+}
+#else
 @compute @workgroup_size(WG)
 fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.x + gid.y * 65535u * WG;
@@ -138,6 +250,7 @@ fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
     stats[t] = vec2<f32>(m, l);
 }
+#endif
 #else
 @compute @workgroup_size(WG)
 fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {

@@ -11,6 +11,8 @@
 //              matmul_quant.wgsl's group layout; else array<u32> of packed f16 pairs
 //              TEXTURE: a texture_2d<u32> read as a linear array of texels (4 words each): F32 and
 //              f16 in matmul.wgsl's TEXTURE layout, quantized blocks in matmul_quant.wgsl's layout
+//              ROW_MAJOR (GPU kernel family): array<u32> in matmul_gpu.wgsl's layout (row_major.rs):
+//              token t's values contiguous, wcols words per token, quantized scales from scales_at
 //   3 storage  y: array<f32>, row r at y_offset + r * y_stride
 // One invocation per (row, channel). Pure gather: batch-invariant. Quantized values are dequantized
 // exactly as matmul_quant.wgsl does (q·d, (q-8)·d, q·d+m).
@@ -24,6 +26,10 @@ struct Params {
     ids_offset: u32,
     y_offset: u32,
     y_stride: u32,
+    scales_at: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -39,6 +45,12 @@ fn texel(t: u32) -> vec4<u32> {
 // Word i of the linear word sequence (4 per texel).
 fn word(i: u32) -> u32 {
     return texel(i >> 2u)[i & 3u];
+}
+#elif ROW_MAJOR
+@group(0) @binding(2) var<storage, read> w: array<u32>;
+
+fn word(i: u32) -> u32 {
+    return w[i];
 }
 #elif F32
 @group(0) @binding(2) var<storage, read> w: array<f32>;
@@ -57,6 +69,8 @@ fn word(i: u32) -> u32 {
 fn half_at(i: u32, h: u32) -> f32 {
 #if TEXTURE
     let pair = unpack2x16float(word(i));
+#elif ROW_MAJOR
+    let pair = unpack2x16float(word(i));
 #elif F32
     let pair = vec2<f32>(0.0);
 #elif F16
@@ -69,7 +83,31 @@ fn half_at(i: u32, h: u32) -> f32 {
 
 // Channel j of vocabulary column `col` (relative to the chunk).
 fn load(j: u32, col: u32) -> f32 {
-#if Q8_0
+#if ROW_MAJOR
+    // matmul_gpu.wgsl's layout (row_major.rs): column col's values contiguous, wcols words each.
+    let base = col * p.wcols;
+    let kb = p.hidden / 32u;
+    let b = j / 32u;
+    let i = j % 32u;
+#if F32
+    return bitcast<f32>(word(base + j));
+#elif HALF
+    return half_at(base + j / 2u, j % 2u);
+#elif Q8_0
+    let q = bitcast<i32>(word(base + b * 8u + i / 4u) << (24u - 8u * (i % 4u))) >> 24u;
+    return f32(q) * half_at(p.scales_at + col * ((kb + 1u) / 2u) + b / 2u, b % 2u);
+#else
+    // Byte i % 16 of the block: value i in its low nibble (i < 16), else in its high nibble.
+    let bi = i % 16u;
+    let q = (word(base + b * 4u + bi / 4u) >> (8u * (bi % 4u) + select(0u, 4u, i >= 16u))) & 15u;
+#if Q4_1
+    let dm = unpack2x16float(word(p.scales_at + col * kb + b));
+    return fma(f32(q), dm.x, dm.y);
+#else
+    return (f32(q) - 8.0) * half_at(p.scales_at + col * ((kb + 1u) / 2u) + b / 2u, b % 2u);
+#endif
+#endif
+#elif Q8_0
     let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 136u;
     let i = j % 32u;
     let c = col % 16u;

@@ -44,6 +44,10 @@ pub struct BenchArgs {
     /// llvmpipe, where they read much faster; storage buffers elsewhere), buffers or textures.
     #[arg(long, default_value = "auto")]
     pub weight_storage: String,
+    /// Kernel family: auto (GPU kernels on GPUs, CPU-adapter kernels on CPU adapters), cpu or gpu.
+    /// Forcing one runs it anywhere (the GPU kernels are tested on the software adapters too).
+    #[arg(long, default_value = "auto")]
+    pub kernels: String,
     /// Write the report (schema domino-bench/1) as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -144,7 +148,7 @@ fn prompt_set(args: &BenchArgs, config: &Qwen3Config, tokenizer: Option<TextToke
 }
 
 fn matrices_bytes(layers: &[domino_models::qwen3::LayerWeights]) -> u64 {
-    layers.iter().map(|l| l.q.bytes() + l.k.bytes() + l.v.bytes() + l.o.bytes() + l.gate.bytes() + l.up.bytes() + l.down.bytes()).sum()
+    layers.iter().map(domino_models::qwen3::LayerWeights::matrix_bytes).sum()
 }
 
 /// Target weights (every matrix, the embedding once) + its KV cache: 2 · layers · capacity · kv_width · 4.
@@ -290,12 +294,14 @@ fn bench_adapter(
         .enumerate()
         .map(|(i, (name, m))| mode_report(name, m, if i == 0 { None } else { Some(plain_tps) }, weight_bytes, copy))
         .collect();
-    Ok(AdapterReport { adapter: AdapterFacts::from(&gpu.info), copy_bandwidth_gb_s: copy / 1e9, decode_weight_bytes_per_token: weight_bytes, modes })
+    let kernels = if gpu.caps.gpu_kernels { "gpu" } else { "cpu" }.to_string();
+    Ok(AdapterReport { adapter: AdapterFacts::from(&gpu.info), kernels, copy_bandwidth_gb_s: copy / 1e9, decode_weight_bytes_per_token: weight_bytes, modes })
 }
 
 fn print_adapter(a: &AdapterReport, w: &Workload) {
     println!("adapter        {} ({}, {} {})", a.adapter.name, a.adapter.backend, a.adapter.vendor_name, a.adapter.device_type);
     println!("model          {} ({}, {:.1} MB of weights read per token)", w.model, w.dtype, a.decode_weight_bytes_per_token as f64 / 1e6);
+    println!("kernels        {}", a.kernels);
     println!("copy bw        {:.2} GB/s (WGSL copy kernel, read + write)", a.copy_bandwidth_gb_s);
     for m in &a.modes {
         println!(
@@ -367,8 +373,9 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     };
     let mut reports = Vec::new();
     let weight_textures = crate::load::parse_weight_storage(&args.weight_storage)?;
+    let kernels = crate::load::parse_kernels(&args.kernels)?;
     for (adapter, summary) in selected {
-        let gpu = pollster::block_on(Gpu::from_adapter(adapter, summary, &GpuOptions { weight_textures, ..Default::default() }))?;
+        let gpu = pollster::block_on(Gpu::from_adapter(adapter, summary, &GpuOptions { weight_textures, kernels, ..Default::default() }))?;
         reports.push(bench_adapter(gpu, &dir, format, &prompts, &args, &bar)?);
     }
     bar.finish_and_clear();

@@ -52,6 +52,10 @@ pub struct GenerateArgs {
     /// llvmpipe, where they read much faster; storage buffers elsewhere), buffers or textures.
     #[arg(long, default_value = "auto")]
     pub weight_storage: String,
+    /// Kernel family: auto (GPU kernels on GPUs, CPU-adapter kernels on CPU adapters), cpu or gpu.
+    /// Forcing one runs it anywhere (the GPU kernels are tested on the software adapters too).
+    #[arg(long, default_value = "auto")]
+    pub kernels: String,
     /// Print one JSON object with ids, text and statistics instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -72,7 +76,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     }
     let format = parse_dtype(&args.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
-    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage)?;
+    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage, &args.kernels)?;
     let loaded = load_model(gpu, &dir, format, false)?;
     let tokenizer = loaded.tokenizer.as_ref();
     let prompt_ids: Vec<u32> = match (&args.prompt, &args.prompt_ids) {

@@ -1,7 +1,7 @@
 //! Opening a device and loading a model folder with a progress bar on stderr.
 
 use crate::CliError;
-use domino_engine::{BackendChoice, DTypeChoice, Gpu, GpuOptions, WeightFormat};
+use domino_engine::{BackendChoice, DTypeChoice, Gpu, GpuOptions, KernelChoice, WeightFormat};
 use domino_models::tokenizer::TextTokenizer;
 use domino_models::open_model;
 use domino_models::drafter::DrafterConfig;
@@ -44,10 +44,16 @@ pub fn parse_weight_storage(s: &str) -> Result<Option<bool>, CliError> {
     }
 }
 
-pub fn open_gpu(backend: &str, adapter: Option<usize>, weight_storage: &str) -> Result<Arc<Gpu>, CliError> {
+/// `--kernels`: auto (GPU kernels on GPUs, CPU-adapter kernels on CPU adapters), cpu or gpu.
+pub fn parse_kernels(s: &str) -> Result<KernelChoice, CliError> {
+    KernelChoice::parse(s).map_err(|_| CliError::Usage(format!("--kernels {s}: expected auto, cpu or gpu")))
+}
+
+pub fn open_gpu(backend: &str, adapter: Option<usize>, weight_storage: &str, kernels: &str) -> Result<Arc<Gpu>, CliError> {
     let backend = BackendChoice::parse(backend)?;
     let weight_textures = parse_weight_storage(weight_storage)?;
-    Ok(pollster::block_on(Gpu::new(&GpuOptions { backend, adapter, weight_textures, ..Default::default() }))?)
+    let kernels = parse_kernels(kernels)?;
+    Ok(pollster::block_on(Gpu::new(&GpuOptions { backend, adapter, weight_textures, kernels, ..Default::default() }))?)
 }
 
 /// Load a model folder (config.json + safetensors) or GGUF file onto `gpu`.

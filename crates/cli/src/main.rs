@@ -5,6 +5,7 @@ mod devices;
 mod generate;
 mod load;
 mod model_dir;
+mod plan;
 mod report;
 mod train;
 
@@ -41,6 +42,9 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Measure prefill / decode speed and the decode step's weight bandwidth vs copy bandwidth.
     Bench(bench::BenchArgs),
+    /// Record, run once and print one decode step (or R-row verify pass): every dispatch's kernel,
+    /// variant, workgroups, invocations and weight bytes.
+    Plan(plan::PlanArgs),
     /// Merge `domino bench --json` reports into a Markdown table and a self-contained HTML page.
     Report(ReportArgs),
     /// Write a random Qwen3-architecture model (for tests and benchmarks).
@@ -176,6 +180,7 @@ fn main() -> ExitCode {
         Command::Devices(a) => devices::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Plan(a) => plan::run(a),
         Command::Report(a) => report_cmd(a),
         Command::RandomModel(a) => random_model(a),
         Command::Train(a) => train::run(a),

@@ -115,6 +115,9 @@ pub fn vendor_name(id: u32) -> &'static str {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AdapterReport {
     pub adapter: AdapterFacts,
+    /// The kernel family that ran: "gpu" or "cpu" (`--kernels`; empty in reports from before it).
+    #[serde(default)]
+    pub kernels: String,
     /// (bytes read + bytes written) / s of the WGSL copy kernel on this adapter, in this run.
     pub copy_bandwidth_gb_s: f64,
     /// Bytes of target weights one decode step reads (layer matrices + lm_head).

@@ -187,7 +187,7 @@ fn read_prompts(path: &Path, tok: Option<&TextTokenizer>, chat: bool) -> Result<
 fn data(a: DataArgs) -> Result<(), CliError> {
     let format = parse_dtype(&a.dtype)?;
     let dir = model_dir::resolve(a.model.as_deref())?;
-    let gpu = open_gpu(&a.backend, a.adapter, "auto")?;
+    let gpu = open_gpu(&a.backend, a.adapter, "auto", "auto")?;
     let loaded = load_model(gpu, &dir, format, false)?;
     let prompts = read_prompts(&a.prompts, loaded.tokenizer.as_ref(), a.chat)?;
     let layers = loaded.model.config.num_layers;

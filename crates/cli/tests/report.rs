@@ -64,6 +64,7 @@ fn sample(host: &str, adapter: &str, backend: &str) -> BenchReport {
             runs: 1,
         },
         adapters: vec![AdapterReport {
+            kernels: "cpu".into(),
             adapter: AdapterFacts {
                 name: adapter.into(),
                 vendor: 0x10de,

@@ -54,9 +54,43 @@ impl BackendChoice {
     }
 }
 
+/// Which kernel family runs: the CPU-adapter kernels (few wide invocations, weight textures) or the
+/// GPU kernels (cooperative workgroups, coalesced row-major weights). `Auto` picks by adapter type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelChoice {
+    #[default]
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+impl KernelChoice {
+    /// Parse `--kernels`: auto, cpu or gpu.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "auto" => Self::Auto,
+            "cpu" => Self::Cpu,
+            "gpu" => Self::Gpu,
+            other => return Err(EngineError::Gpu(format!("unknown kernel family '{other}' (expected auto, cpu or gpu)"))),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Cpu => "cpu",
+            Self::Gpu => "gpu",
+        }
+    }
+}
+
 /// What the kernels may use on this device. Variants are picked from these at pipeline creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caps {
+    /// The GPU kernel family runs (row-major weights, cooperative GEMV/GEMM, one workgroup per
+    /// attention chunk); otherwise the CPU-adapter family. Fixed when the device is opened, because
+    /// the weight layout depends on it.
+    pub gpu_kernels: bool,
     /// A CPU adapter (llvmpipe / lavapipe, SwiftShader): 8-lane SIMD per core, so kernels with few
     /// invocations use small workgroups to reach every core.
     pub cpu: bool,
@@ -169,12 +203,15 @@ pub struct GpuOptions {
     /// Force (Some(true)) or forbid (Some(false)) the packed-u32 f16 path; None picks by adapter type.
     pub packed_f16: Option<bool>,
     /// Force (Some(true)) or forbid (Some(false)) weight textures; None picks by adapter type.
+    /// The GPU kernel family always reads storage buffers.
     pub weight_textures: Option<bool>,
+    /// The kernel family (`--kernels`): Auto = GPU kernels on GPUs, CPU kernels on CPU adapters.
+    pub kernels: KernelChoice,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        Self { backend: BackendChoice::Auto, adapter: None, disable_f16: false, disable_subgroup: false, packed_f16: None, weight_textures: None }
+        Self { backend: BackendChoice::Auto, adapter: None, disable_f16: false, disable_subgroup: false, packed_f16: None, weight_textures: None, kernels: KernelChoice::Auto }
     }
 }
 
@@ -265,6 +302,12 @@ pub struct Pipeline {
     pub pipeline: wgpu::ComputePipeline,
     pub layout: wgpu::BindGroupLayout,
     pub bindings: &'static [(u32, Access)],
+    /// The entry point's entry, for `domino plan`: "matmul_gpu::main".
+    pub entry: &'static str,
+    /// The defines it was specialised with, as text ("F32 GLU ROWS=8"), for `domino plan`.
+    pub variant: String,
+    /// `@workgroup_size` of the entry point, read from the specialised source.
+    pub workgroup_size: [u32; 3],
 }
 
 pub(crate) const PARAMS_SLOT: u64 = 256;
@@ -329,12 +372,18 @@ impl Gpu {
             .map_err(|e| EngineError::RequestDevice { adapter: info.name.clone(), message: e.to_string() })?;
         let granted = device.features();
         let cpu = adapter.get_info().device_type == wgpu::DeviceType::Cpu;
+        let gpu_kernels = match opts.kernels {
+            KernelChoice::Auto => !cpu,
+            KernelChoice::Cpu => false,
+            KernelChoice::Gpu => true,
+        };
         let caps = Caps {
+            gpu_kernels,
             cpu,
             f16: granted.contains(wgpu::Features::SHADER_F16),
             subgroup: granted.contains(wgpu::Features::SUBGROUP),
             prefer_packed_f16: opts.packed_f16.unwrap_or(cpu),
-            weight_textures: opts.weight_textures.unwrap_or(cpu),
+            weight_textures: !gpu_kernels && opts.weight_textures.unwrap_or(cpu),
             max_texture_dim: limits.max_texture_dimension_2d,
             max_storage_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
@@ -470,6 +519,8 @@ impl Gpu {
             return Ok(p.clone());
         }
         let source = crate::shader::preprocess(spec.name, spec.source, defines)?;
+        let workgroup_size = crate::shader::workgroup_size(&source, spec.entry)
+            .ok_or_else(|| EngineError::Shader { name: spec.name.to_string(), message: format!("no @workgroup_size for entry '{}'", spec.entry) })?;
         let module = self.compile(spec.name, &source)?;
         let mut entries = vec![wgpu::BindGroupLayoutEntry {
             binding: 0,
@@ -514,7 +565,16 @@ impl Gpu {
         if let Some(e) = block_on_ready(scope.pop()) {
             return Err(EngineError::Shader { name: spec.name.to_string(), message: e.to_string() });
         }
-        let p = Arc::new(Pipeline { id: self.next_id(), name: spec.name.to_string(), pipeline, layout, bindings: spec.bindings });
+        let p = Arc::new(Pipeline {
+            id: self.next_id(),
+            name: spec.name.to_string(),
+            pipeline,
+            layout,
+            bindings: spec.bindings,
+            entry: spec.entry,
+            variant: defines.describe(),
+            workgroup_size,
+        });
         self.pipelines.lock().map_err(|_| EngineError::Gpu("pipeline cache poisoned".into()))?.insert(key, p.clone());
         Ok(p)
     }

@@ -26,8 +26,17 @@ const MATMUL_QUANT: KernelSpec =
     KernelSpec { name: "matmul_quant", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
 const MATMUL_QUANT_GLU: KernelSpec =
     KernelSpec { name: "matmul_quant_glu", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
+const MATMUL_GPU: KernelSpec = KernelSpec { name: "matmul_gpu", source: shader::MATMUL_GPU, entry: "main", bindings: &[(1, R), (2, R), (5, W)] };
+const MATMUL_GPU_NORM: KernelSpec =
+    KernelSpec { name: "matmul_gpu", source: shader::MATMUL_GPU, entry: "main", bindings: &[(1, R), (2, R), (4, R), (5, W)] };
+const MATMUL_GPU_GLU: KernelSpec =
+    KernelSpec { name: "matmul_gpu_glu", source: shader::MATMUL_GPU, entry: "main", bindings: &[(1, R), (2, R), (3, R), (5, W)] };
+const MATMUL_GPU_GLU_NORM: KernelSpec =
+    KernelSpec { name: "matmul_gpu_glu", source: shader::MATMUL_GPU, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, R), (5, W)] };
 const RMSNORM: KernelSpec = KernelSpec { name: "rmsnorm", source: shader::RMSNORM, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
 const ROPE: KernelSpec = KernelSpec { name: "rope", source: shader::ROPE, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
+const ROPE_QKV: KernelSpec =
+    KernelSpec { name: "rope", source: shader::ROPE, entry: "qkv", bindings: &[(1, R), (2, R), (3, R), (4, W), (5, R), (6, W), (7, W)] };
 const ATTN_PARTIAL: KernelSpec = KernelSpec {
     name: "attention",
     source: shader::ATTENTION,
@@ -61,6 +70,15 @@ pub const MATMUL_ROWS: u32 = 3;
 /// Output columns per matmul invocation and workgroup size (matmul.wgsl's block and WG).
 const MATMUL_COLS: u32 = 16;
 const MATMUL_WG: u32 = 16;
+
+/// Rows per workgroup of the GPU family's multi-row matmul (matmul_gpu.wgsl ROWS): a verify pass of
+/// up to 8 rows reads each weight once; 17 rows read it 3 times (mostly from L2).
+pub const GPU_ROWS: u32 = 8;
+/// Output columns per workgroup of the GPU family's matmul (64 lanes each).
+pub const GPU_COLS: u32 = 4;
+/// Outputs narrower than this get one column per workgroup (64 invocations), so a narrow matrix
+/// still spreads over as many workgroups as it has columns.
+pub const GPU_NARROW: usize = 1024;
 
 /// Shader defines for reading `w`: its format, and TEXTURE when it lives in weight textures (f16
 /// then always through the packed path).
@@ -168,30 +186,151 @@ fn matmul_groups(c: &MatrixChunk, n_rows: u32) -> [u32; 3] {
     [c.cols.div_ceil(MATMUL_COLS).div_ceil(MATMUL_WG), n_rows.div_ceil(rows_per), 1]
 }
 
+/// The RMSNorm applied to a matmul's input: folded into the GPU family's matmul (each workgroup
+/// recomputes the row's scale in a fixed order), or a separate rmsnorm into `scratch` (CPU family).
+#[derive(Debug, Clone)]
+pub struct NormInput<'a> {
+    pub weight: &'a Arc<GpuBuffer>,
+    pub eps: f32,
+    /// Where the CPU family writes the normalised rows (the GPU family never touches it).
+    pub scratch: Rows<'a>,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct GpuMatmulParams {
+    k: u32,
+    n_rows: u32,
+    x_offset: u32,
+    x_stride: u32,
+    y_offset: u32,
+    y_stride: u32,
+    col0: u32,
+    cols: u32,
+    row_words: u32,
+    scales_at: u32,
+    accumulate: u32,
+    eps: f32,
+}
+
+/// The row-major layout's format flag. f16 is `HALF` (packed pairs, unpack2x16float): the `F16` flag
+/// would enable shader-f16, which the GPU family does not need.
+fn gpu_format_flag(format: WeightFormat) -> &'static str {
+    match format {
+        WeightFormat::F32 => "F32",
+        WeightFormat::F16 => "HALF",
+        WeightFormat::Quant(QuantType::Q8_0) => "Q8_0",
+        WeightFormat::Quant(QuantType::Q4_0) => "Q4_0",
+        WeightFormat::Quant(QuantType::Q4_1) => "Q4_1",
+    }
+}
+
+/// The GPU family's matmul (matmul_gpu.wgsl) over the chunks of `w` (and `up` for the GLU).
+#[allow(clippy::too_many_arguments)]
+fn matmul_gpu(step: &mut Step, w: &Matrix, up: Option<&Matrix>, norm: Option<&NormInput>, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
+    let rows = if n_rows == 1 { 1 } else { GPU_ROWS };
+    let cols = if w.n < GPU_NARROW { 1 } else { GPU_COLS };
+    let spec = match (up.is_some(), norm.is_some()) {
+        (false, false) => &MATMUL_GPU,
+        (false, true) => &MATMUL_GPU_NORM,
+        (true, false) => &MATMUL_GPU_GLU,
+        (true, true) => &MATMUL_GPU_GLU_NORM,
+    };
+    let x4 = x.offset % 4 == 0 && (n_rows == 1 || x.stride % 4 == 0);
+    let defines = Defines::default()
+        .flag(gpu_format_flag(w.format))
+        .flag_if("GLU", up.is_some())
+        .flag_if("NORM", norm.is_some())
+        .flag_if("X4", x4)
+        .value("ROWS", rows)
+        .value("COLS", cols);
+    let p = step.gpu().pipeline(spec, &defines)?;
+    for (i, c) in w.chunks.iter().enumerate() {
+        let params = GpuMatmulParams {
+            k: w.k as u32,
+            n_rows,
+            x_offset: x.offset,
+            x_stride: x.stride,
+            y_offset: y.offset,
+            y_stride: y.stride,
+            col0: c.col0,
+            cols: c.cols,
+            row_words: c.wcols,
+            scales_at: c.scales_at,
+            accumulate: (epilogue == Epilogue::Accumulate) as u32,
+            eps: norm.map(|n| n.eps).unwrap_or(0.0),
+        };
+        let mut resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone()];
+        let mut bytes = c.storage.bytes();
+        if let Some(u) = up {
+            let uc = &u.chunks[i];
+            resources.push(uc.storage.clone());
+            bytes += uc.storage.bytes();
+        }
+        if let Some(n) = norm {
+            resources.push(Resource::Buffer(n.weight.clone()));
+        }
+        resources.push(Resource::Buffer(y.buf.clone()));
+        step.dispatch_weights(&p, &params, resources, [c.cols.div_ceil(cols), n_rows.div_ceil(rows), 1], bytes);
+    }
+    Ok(())
+}
+
+/// y[r, :] (+)= rmsnorm(x[r, :]) · Wᵀ: the norm folded into the GPU family's matmul, or a separate
+/// rmsnorm pass into `norm.scratch` followed by the matmul (CPU family).
+pub fn matmul_normed(step: &mut Step, w: &Matrix, norm: &NormInput, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
+    if w.row_major {
+        return matmul_gpu(step, w, None, Some(norm), x, y, n_rows, epilogue);
+    }
+    rmsnorm(step, norm.weight, w.k as u32, norm.eps, x, &norm.scratch, n_rows)?;
+    matmul(step, w, &norm.scratch, y, n_rows, epilogue)
+}
+
+/// y = silu(rmsnorm(x)·Wgᵀ) * (rmsnorm(x)·Wuᵀ), the norm folded in as for `matmul_normed`.
+pub fn matmul_glu_normed(step: &mut Step, gate: &Matrix, up: &Matrix, norm: &NormInput, x: &Rows, y: &Rows, n_rows: u32) -> Result<()> {
+    if gate.row_major {
+        check_glu_pair(gate, up)?;
+        return matmul_gpu(step, gate, Some(up), Some(norm), x, y, n_rows, Epilogue::Store);
+    }
+    rmsnorm(step, norm.weight, gate.k as u32, norm.eps, x, &norm.scratch, n_rows)?;
+    matmul_glu(step, gate, up, &norm.scratch, y, n_rows)
+}
+
+fn check_glu_pair(gate: &Matrix, up: &Matrix) -> Result<()> {
+    if gate.format != up.format || gate.on_texture() != up.on_texture() || gate.row_major != up.row_major || gate.chunks.len() != up.chunks.len() {
+        return Err(crate::EngineError::Tensor {
+            name: up.name.clone(),
+            message: format!("stored as {} but its gate {} is {}: a fused GLU needs one format and layout", up.format.name(), gate.name, gate.format.name()),
+        });
+    }
+    Ok(())
+}
+
 /// y[r, :] (+)= x[r, :] · Wᵀ for `n_rows` rows.
 pub fn matmul(step: &mut Step, w: &Matrix, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
+    if w.row_major {
+        return matmul_gpu(step, w, None, None, x, y, n_rows, epilogue);
+    }
     let p = matmul_pipeline(step.gpu(), w, x, n_rows, false)?;
     for c in &w.chunks {
         let params = matmul_params(w.k, c, x, y, n_rows, epilogue);
         let resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone(), Resource::Buffer(y.buf.clone())];
-        step.dispatch_resources(&p, &params, resources, matmul_groups(c, n_rows));
+        step.dispatch_weights(&p, &params, resources, matmul_groups(c, n_rows), c.storage.bytes());
     }
     Ok(())
 }
 
 /// y = silu(x·Wgᵀ) * (x·Wuᵀ): the SiLU-gated MLP's first half in one pass over both weights.
 pub fn matmul_glu(step: &mut Step, gate: &Matrix, up: &Matrix, x: &Rows, y: &Rows, n_rows: u32) -> Result<()> {
-    if gate.format != up.format || gate.on_texture() != up.on_texture() || gate.chunks.len() != up.chunks.len() {
-        return Err(crate::EngineError::Tensor {
-            name: up.name.clone(),
-            message: format!("stored as {} but its gate {} is {}: a fused GLU needs one format and layout", up.format.name(), gate.name, gate.format.name()),
-        });
+    check_glu_pair(gate, up)?;
+    if gate.row_major {
+        return matmul_gpu(step, gate, Some(up), None, x, y, n_rows, Epilogue::Store);
     }
     let p = matmul_pipeline(step.gpu(), gate, x, n_rows, true)?;
     for (c, u) in gate.chunks.iter().zip(&up.chunks) {
         let params = matmul_params(gate.k, c, x, y, n_rows, Epilogue::Store);
         let resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone(), u.storage.clone(), Resource::Buffer(y.buf.clone())];
-        step.dispatch_resources(&p, &params, resources, matmul_groups(c, n_rows));
+        step.dispatch_weights(&p, &params, resources, matmul_groups(c, n_rows), c.storage.bytes() + u.storage.bytes());
     }
     Ok(())
 }
@@ -267,6 +406,66 @@ pub fn norm_rope(
     // Without a norm the weight binding is unused; bind the rope table in its place.
     let norm_buf = norm.unwrap_or(rope_table);
     step.dispatch(&p, &params, &[src.buf, norm_buf, rope_table, dst.buf], flat_groups(n_rows * n_heads, 64));
+    Ok(())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct RopeQkvParams {
+    n_rows: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    src_offset: u32,
+    src_stride: u32,
+    q_offset: u32,
+    q_stride: u32,
+    kv_offset: u32,
+    kv_stride: u32,
+    pos0: u32,
+    use_norm: u32,
+    eps: f32,
+    _pad: [u32; 3],
+}
+
+/// Where `qkv_rope` reads and writes: the fused projection's rows `[q | k | v]`, the rotated q rows,
+/// and the K / V caches (row r at position pos0 + r).
+pub struct QkvRope<'a> {
+    pub qkv: &'a Rows<'a>,
+    pub q: &'a Rows<'a>,
+    pub k_cache: &'a Arc<GpuBuffer>,
+    pub v_cache: &'a Arc<GpuBuffer>,
+    /// Qwen3's q_norm and k_norm (both or neither).
+    pub norms: Option<(&'a Arc<GpuBuffer>, &'a Arc<GpuBuffer>)>,
+    pub rope_table: &'a Arc<GpuBuffer>,
+}
+
+/// One pass over a fused q/k/v projection: per-head RMSNorm + RoPE of q (into `q`) and k (into the
+/// K cache at pos0..), v copied into the V cache. The same arithmetic per head as `norm_rope`.
+pub fn qkv_rope(step: &mut Step, io: &QkvRope, shape: AttentionShape, n_rows: u32, pos0: u32, eps: f32) -> Result<()> {
+    let gpu = step.gpu();
+    let p = gpu.pipeline(&ROPE_QKV, &Defines::default().flag("QKV"))?;
+    let kvw = shape.n_kv_heads * shape.head_dim;
+    let params = RopeQkvParams {
+        n_rows,
+        n_heads: shape.n_heads,
+        n_kv_heads: shape.n_kv_heads,
+        head_dim: shape.head_dim,
+        src_offset: io.qkv.offset,
+        src_stride: io.qkv.stride,
+        q_offset: io.q.offset,
+        q_stride: io.q.stride,
+        kv_offset: pos0 * kvw,
+        kv_stride: kvw,
+        pos0,
+        use_norm: io.norms.is_some() as u32,
+        eps,
+        _pad: [0; 3],
+    };
+    // Without norms the weight bindings are unused; bind the rope table in their place.
+    let (qn, kn) = io.norms.unwrap_or((io.rope_table, io.rope_table));
+    let slots = shape.n_heads + 2 * shape.n_kv_heads;
+    step.dispatch(&p, &params, &[io.qkv.buf, qn, io.rope_table, io.q.buf, kn, io.k_cache, io.v_cache], flat_groups(n_rows * slots, 64));
     Ok(())
 }
 
@@ -352,9 +551,11 @@ pub fn attention(
 ) -> Result<()> {
     let gpu = step.gpu();
     // CPU adapters: small workgroups, so a decode step's few (head, chunk) invocations reach every core.
-    let wg = if gpu.caps.cpu { 8 } else { 64 };
+    // GPU family: one workgroup per (row, head, chunk) (COOP), enough parallelism at any context.
+    let wg = if gpu.caps.cpu && !gpu.caps.gpu_kernels { 8 } else { 64 };
+    let coop = gpu.caps.gpu_kernels;
     let v4 = shape.head_dim % 4 == 0 && q.offset % 4 == 0 && q.stride % 4 == 0;
-    let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL").flag_if("V4", v4).value("WG", wg))?;
+    let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL").flag_if("COOP", coop).flag_if("V4", v4).value("WG", wg))?;
     let combine = gpu.pipeline(&ATTN_COMBINE, &Defines::default().value("WG", wg))?;
     let max_visible = if causal { kv_len + n_rows } else { kv_len };
     let n_chunks = max_visible.div_ceil(ATTENTION_CHUNK).max(1);
@@ -386,7 +587,7 @@ pub fn attention(
             &partial,
             &params,
             &[q.buf, k_cache, v_cache, &scratch.part, &scratch.stats],
-            flat_groups(rows * shape.n_heads * n_chunks, wg),
+            if coop { flat_groups(rows * shape.n_heads * n_chunks, 1) } else { flat_groups(rows * shape.n_heads * n_chunks, wg) },
         );
         step.dispatch(&combine, &params, &[&scratch.part, &scratch.stats, out.buf], flat_groups(rows * shape.n_heads * shape.head_dim, wg));
         r0 += rows;
@@ -405,13 +606,16 @@ struct EmbeddingParams {
     ids_offset: u32,
     y_offset: u32,
     y_stride: u32,
+    scales_at: u32,
+    _pad: [u32; 3],
 }
 
 /// y[r] = E[ids[ids_offset + r]] where E is stored as the (transposed) matrix `[hidden -> vocab]`.
 pub fn embedding(step: &mut Step, table: &Matrix, ids: &Arc<GpuBuffer>, ids_offset: u32, y: &Rows, n_rows: u32) -> Result<()> {
     let gpu = step.gpu();
     let spec = if table.on_texture() { &EMBEDDING_TEX } else { &EMBEDDING };
-    let p = gpu.pipeline(spec, &matrix_defines(gpu, table))?;
+    let defines = if table.row_major { Defines::default().flag("ROW_MAJOR").flag(gpu_format_flag(table.format)) } else { matrix_defines(gpu, table) };
+    let p = gpu.pipeline(spec, &defines)?;
     for c in &table.chunks {
         let params = EmbeddingParams {
             n_rows,
@@ -422,6 +626,8 @@ pub fn embedding(step: &mut Step, table: &Matrix, ids: &Arc<GpuBuffer>, ids_offs
             ids_offset,
             y_offset: y.offset,
             y_stride: y.stride,
+            scales_at: c.scales_at,
+            _pad: [0; 3],
         };
         let resources = vec![Resource::Buffer(ids.clone()), c.storage.clone(), Resource::Buffer(y.buf.clone())];
         step.dispatch_resources(&p, &params, resources, flat_groups(n_rows * table.k as u32, 64));

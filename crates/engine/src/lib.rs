@@ -7,12 +7,13 @@ pub mod error;
 pub mod kernels;
 pub mod quant;
 pub mod reference;
+pub mod row_major;
 pub mod shader;
 pub mod step;
 pub mod tensor;
 pub mod testing;
 
-pub use context::{list_adapters, AdapterSummary, BackendChoice, Caps, Gpu, GpuBuffer, GpuOptions, GpuTexture, Resource};
+pub use context::{list_adapters, AdapterSummary, BackendChoice, Caps, Gpu, GpuBuffer, GpuOptions, GpuTexture, KernelChoice, Resource};
 pub use error::{EngineError, Result};
 pub use kernels::{Epilogue, Rows, SamplingConfig};
 pub use step::Step;

@@ -17,6 +17,7 @@ pub const SAMPLING: &str = include_str!("../../../shaders/sampling.wgsl");
 pub const COPY: &str = include_str!("../../../shaders/copy.wgsl");
 pub const DOMINO_HEAD: &str = include_str!("../../../shaders/domino_head.wgsl");
 pub const SPECULATIVE: &str = include_str!("../../../shaders/speculative.wgsl");
+pub const MATMUL_GPU: &str = include_str!("../../../shaders/matmul_gpu.wgsl");
 
 /// Flags and values a shader is specialised with.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,6 +47,40 @@ impl Defines {
     fn has(&self, name: &str) -> bool {
         self.flags.contains(&name)
     }
+
+    /// "F32 GLU ROWS=8": the flags, then the values, for `domino plan`.
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = self.flags.iter().map(|f| f.to_string()).collect();
+        parts.extend(self.values.iter().map(|(k, v)| format!("{k}={v}")));
+        parts.join(" ")
+    }
+}
+
+/// The `@workgroup_size(x[, y[, z]])` of entry point `entry` in a preprocessed source: the attribute
+/// nearest before `fn entry(`. Constants named inside it are resolved from `const NAME: u32 = Nu;`.
+pub fn workgroup_size(source: &str, entry: &str) -> Option<[u32; 3]> {
+    let at = source.find(&format!("fn {entry}("))?;
+    let attr = source[..at].rfind("@workgroup_size(")?;
+    let args = &source[attr + "@workgroup_size(".len()..];
+    let args = &args[..args.find(')')?];
+    let mut size = [1u32; 3];
+    for (i, a) in args.split(',').map(str::trim).filter(|a| !a.is_empty()).enumerate().take(3) {
+        size[i] = resolve_u32(source, a)?;
+    }
+    Some(size)
+}
+
+fn resolve_u32(source: &str, token: &str) -> Option<u32> {
+    if token.contains('*') {
+        return token.split('*').map(|t| resolve_u32(source, t.trim())).product();
+    }
+    let literal = token.trim_end_matches('u');
+    if let Ok(v) = literal.parse() {
+        return Some(v);
+    }
+    let decl = source.find(&format!("const {token}: u32 = "))? + format!("const {token}: u32 = ").len();
+    let value = &source[decl..];
+    resolve_u32(source, value[..value.find(';')?].trim())
 }
 
 /// Expand `source` for `defines`. `enable f16;` is prepended when the F16 flag is set.
@@ -114,5 +149,13 @@ mod tests {
         assert_eq!(none, "a\nd\ne1\n");
         assert!(preprocess("t", "#if X\n", &Defines::default()).is_err());
         assert!(preprocess("t", "{{Q}}", &Defines::default()).is_err());
+    }
+
+    #[test]
+    fn workgroup_size_of_an_entry() {
+        let src = "const L: u32 = 64u;\nconst WG: u32 = L * 1u;\n@compute @workgroup_size(16)\nfn a() {}\n@compute @workgroup_size(WG, 2)\nfn b() {}\n";
+        assert_eq!(workgroup_size(src, "a"), Some([16, 1, 1]));
+        assert_eq!(workgroup_size(src, "b"), Some([64, 2, 1]));
+        assert_eq!(workgroup_size(src, "c"), None);
     }
 }

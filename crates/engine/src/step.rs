@@ -11,6 +11,20 @@ struct Dispatch {
     resources: Vec<Resource>,
     slot: u32,
     groups: [u32; 3],
+    label: Arc<str>,
+    weight_bytes: u64,
+}
+
+/// What one recorded dispatch runs: the rows of `domino plan`, read from the recording itself.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DispatchInfo {
+    pub kernel: String,
+    pub variant: String,
+    pub label: String,
+    pub workgroup_size: [u32; 3],
+    pub workgroups: [u32; 3],
+    pub invocations: u64,
+    pub weight_bytes: u64,
 }
 
 /// One submission's worth of GPU work.
@@ -18,6 +32,7 @@ pub struct Step<'g> {
     gpu: &'g Gpu,
     params: Vec<u8>,
     dispatches: Vec<Dispatch>,
+    label: Arc<str>,
 }
 
 /// Workgroup counts for `threads` invocations in workgroups of `wg`, folded into y past 65535.
@@ -33,7 +48,33 @@ pub fn flat_groups(threads: u32, wg: u32) -> [u32; 3] {
 
 impl<'g> Step<'g> {
     pub fn new(gpu: &'g Gpu) -> Self {
-        Self { gpu, params: Vec::new(), dispatches: Vec::new() }
+        Self { gpu, params: Vec::new(), dispatches: Vec::new(), label: Arc::from("") }
+    }
+
+    /// Name the dispatches recorded from now on ("layer 3 q/k/v"), for `domino plan`.
+    pub fn set_label(&mut self, label: &str) {
+        self.label = Arc::from(label);
+    }
+
+    /// Every dispatch recorded so far, in order.
+    pub fn plan(&self) -> Vec<DispatchInfo> {
+        self.dispatches
+            .iter()
+            .map(|d| {
+                let wg = d.pipeline.workgroup_size;
+                let groups = d.groups;
+                let per_group = wg.iter().map(|&v| v as u64).product::<u64>();
+                DispatchInfo {
+                    kernel: d.pipeline.name.clone(),
+                    variant: if d.pipeline.variant.is_empty() { d.pipeline.entry.to_string() } else { format!("{} {}", d.pipeline.entry, d.pipeline.variant) },
+                    label: d.label.to_string(),
+                    workgroup_size: wg,
+                    workgroups: groups,
+                    invocations: per_group * groups.iter().map(|&v| v as u64).product::<u64>(),
+                    weight_bytes: d.weight_bytes,
+                }
+            })
+            .collect()
     }
 
     pub fn gpu(&self) -> &'g Gpu {
@@ -56,12 +97,17 @@ impl<'g> Step<'g> {
 
     /// As `dispatch`, with any mix of buffers and weight textures.
     pub fn dispatch_resources<P: bytemuck::Pod>(&mut self, pipeline: &Arc<Pipeline>, params: &P, resources: Vec<Resource>, groups: [u32; 3]) {
+        self.dispatch_weights(pipeline, params, resources, groups, 0);
+    }
+
+    /// As `dispatch_resources`, for a dispatch that reads `weight_bytes` of model weights.
+    pub fn dispatch_weights<P: bytemuck::Pod>(&mut self, pipeline: &Arc<Pipeline>, params: &P, resources: Vec<Resource>, groups: [u32; 3], weight_bytes: u64) {
         debug_assert_eq!(resources.len(), pipeline.bindings.len(), "kernel {}", pipeline.name);
         let slot = (self.params.len() as u64 / PARAMS_SLOT) as u32;
         let bytes = bytemuck::bytes_of(params);
         self.params.extend_from_slice(bytes);
         self.params.resize(self.params.len().div_ceil(PARAMS_SLOT as usize) * PARAMS_SLOT as usize, 0);
-        self.dispatches.push(Dispatch { pipeline: pipeline.clone(), resources, slot, groups });
+        self.dispatches.push(Dispatch { pipeline: pipeline.clone(), resources, slot, groups, label: self.label.clone(), weight_bytes });
     }
 
     fn params_buffer(&self) -> Result<Arc<GpuBuffer>> {

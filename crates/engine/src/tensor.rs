@@ -187,7 +187,10 @@ pub struct MatrixChunk {
     pub storage: Resource,
     pub col0: u32,
     pub cols: u32,
+    /// Transposed layouts: columns incl. padding. Row-major (GPU family): u32 words per column.
     pub wcols: u32,
+    /// Row-major quantized chunks: the u32 word where the scales start (row_major.rs); else 0.
+    pub scales_at: u32,
 }
 
 /// A weight matrix y = x·Wᵀ with `k` inputs and `n` outputs, on the GPU.
@@ -198,6 +201,8 @@ pub struct Matrix {
     pub n: usize,
     pub format: WeightFormat,
     pub chunks: Vec<MatrixChunk>,
+    /// The GPU family's layout (row_major.rs, matmul_gpu.wgsl) instead of the transposed one.
+    pub row_major: bool,
 }
 
 impl Matrix {
@@ -220,6 +225,9 @@ impl Matrix {
     /// As `upload`, with chunks of at most `limit` bytes (tests force splitting with a small limit).
     pub fn upload_chunked(gpu: &Gpu, host: &HostTensor, format: WeightFormat, limit: u64, progress: &mut dyn FnMut(u64)) -> Result<Matrix> {
         let (n, k) = (host.rows, host.cols);
+        if gpu.caps.gpu_kernels {
+            return Self::upload_row_major(gpu, host, format, limit, progress);
+        }
         if let WeightFormat::Quant(q) = format {
             return Self::upload_quantized(gpu, host, q, limit, progress);
         }
@@ -267,10 +275,10 @@ impl Matrix {
                 progress(host.dtype.bytes_for(kr * cols) as u64);
                 k0 += kr;
             }
-            chunks.push(MatrixChunk { storage: Resource::Buffer(buffer), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
+            chunks.push(MatrixChunk { storage: Resource::Buffer(buffer), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32, scales_at: 0 });
             col0 += cols;
         }
-        Ok(Matrix { name: host.name.to_string(), k, n, format, chunks })
+        Ok(Matrix { name: host.name.to_string(), k, n, format, chunks, row_major: false })
     }
 
     /// Upload f16 / f32 weights into weight textures. Columns come in groups of 128 (8 invocations
@@ -325,10 +333,10 @@ impl Matrix {
             }
             writer.finish();
             let wcols = groups * TEXTURE_GROUP_COLS;
-            chunks.push(MatrixChunk { storage: Resource::Texture(tex), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
+            chunks.push(MatrixChunk { storage: Resource::Texture(tex), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32, scales_at: 0 });
             col0 += cols;
         }
-        Ok(Matrix { name: host.name.to_string(), k, n, format, chunks })
+        Ok(Matrix { name: host.name.to_string(), k, n, format, chunks, row_major: false })
     }
 
     /// Upload keeping (or converting to) GGML blocks: chunk layout `[k / 32][wcols / 16]` groups of
@@ -399,10 +407,10 @@ impl Matrix {
                 progress(host.dtype.bytes_for(nb * QK * cols) as u64);
                 b0 += nb;
             }
-            chunks.push(MatrixChunk { storage: sink.finish(gpu), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32 });
+            chunks.push(MatrixChunk { storage: sink.finish(gpu), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32, scales_at: 0 });
             col0 += cols;
         }
-        Ok(Matrix { name: host.name.to_string(), k, n, format: WeightFormat::Quant(q), chunks })
+        Ok(Matrix { name: host.name.to_string(), k, n, format: WeightFormat::Quant(q), chunks, row_major: false })
     }
 
     /// Upload from f32 values in `[n, k]` layout (tests, constructed models).

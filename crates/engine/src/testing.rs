@@ -2,10 +2,10 @@
 //!
 //! `test_gpus()` opens every adapter configuration the test suite covers: software Vulkan with its
 //! native variants (shader-f16, subgroups), the same adapter forced onto the fallback variants, and the
-//! GL adapter (no f16, no subgroups). A missing adapter is a test FAILURE, never a skip: set
+//! GL adapter (no f16, no subgroups), and on each backend the GPU kernel family forced on. A missing adapter is a test FAILURE, never a skip: set
 //! DOMINO_TEST_BACKENDS=vulkan (or gl) to narrow the set deliberately on a machine without one.
 
-use crate::context::{BackendChoice, Gpu, GpuBuffer, GpuOptions};
+use crate::context::{BackendChoice, Gpu, GpuBuffer, GpuOptions, KernelChoice};
 use std::sync::Arc;
 
 /// Deterministic pseudo-random numbers for tests (xorshift), uniform in [-scale, scale).
@@ -67,8 +67,17 @@ pub fn test_gpus() -> Vec<(String, Arc<Gpu>)> {
         let fallback = pollster::block_on(Gpu::new(&opts)).unwrap_or_else(|e| panic!("GPU adapter '{name}': {e}"));
         let storage = if fallback.caps.weight_textures { "textures" } else { "buffers" };
         out.push((format!("{name}[fallback,{storage}]"), fallback));
+        // The GPU kernel family (row-major weights, cooperative workgroups), forced on the
+        // software adapter: correctness and batch invariance here, speed on real GPUs.
+        out.push((format!("{name}[gpu kernels]"), test_gpu_kernels(name, backend)));
     }
     out
+}
+
+/// A device on `backend` running the GPU kernel family (`--kernels gpu`).
+pub fn test_gpu_kernels(name: &str, backend: BackendChoice) -> Arc<Gpu> {
+    let opts = GpuOptions { backend, kernels: KernelChoice::Gpu, ..Default::default() };
+    pollster::block_on(Gpu::new(&opts)).unwrap_or_else(|e| panic!("GPU test adapter '{name}' is required but unavailable: {e}"))
 }
 
 /// A storage buffer holding `data` (test inputs).

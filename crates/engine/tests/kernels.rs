@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use domino_engine::testing::{max_abs_diff as max_err, read_f32_blocking as read, upload_f32 as upload};
 
-const ROW_COUNTS: [usize; 4] = [1, 2, 7, 17];
+const ROW_COUNTS: [usize; 5] = [1, 2, 7, 17, 64];
 
 fn run_matmul(gpu: &Gpu, w: &Matrix, x: &[f32], rows: usize, init: &[f32], epi: Epilogue) -> Vec<f32> {
     let xb = upload(gpu, x);
@@ -34,9 +34,9 @@ fn matmul_matches_reference_and_is_batch_invariant() {
                     WeightFormat::F32 => wv.clone(),
                     _ => wv.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
                 };
-                let x_all = rng.vec(17 * k, 1.0);
+                let x_all = rng.vec(64 * k, 1.0);
                 let alone: Vec<Vec<f32>> =
-                    (0..17).map(|r| run_matmul(&gpu, &w, &x_all[r * k..(r + 1) * k], 1, &vec![0.0; n], Epilogue::Store)).collect();
+                    (0..64).map(|r| run_matmul(&gpu, &w, &x_all[r * k..(r + 1) * k], 1, &vec![0.0; n], Epilogue::Store)).collect();
                 for rows in ROW_COUNTS {
                     let x = &x_all[..rows * k];
                     let y = run_matmul(&gpu, &w, x, rows, &vec![0.0; rows * n], Epilogue::Store);
@@ -70,6 +70,7 @@ fn matmul_split_across_buffers_matches_single_buffer() {
         let host = HostTensor::new("w", HostDType::F32, n, k, bytemuck::cast_slice(&wv)).unwrap();
         let whole = Matrix::upload(&gpu, &host, WeightFormat::F16, &mut |_| {}).unwrap();
         // The smallest chunk: 16 columns in buffers (19 chunks), a 128-column group in textures (3).
+        // The GPU family's row-major chunks hold whole columns (80 bytes each): 16 again.
         let (cols, chunks) = if gpu.caps.weight_textures { (128, 3) } else { (16, 19) };
         let split = Matrix::upload_chunked(&gpu, &host, WeightFormat::F16, 40 * 2 * cols, &mut |_| {}).unwrap();
         assert_eq!((whole.chunks.len(), split.chunks.len()), (1, chunks), "{name}");
@@ -270,17 +271,17 @@ fn attention_matches_reference_and_is_batch_invariant() {
         let mut rng = Rng::new(5);
         for (hq, hkv, d) in [(4usize, 2usize, 16usize), (8, 2, 32), (2, 1, 128)] {
             let shape = AttentionShape { n_heads: hq as u32, n_kv_heads: hkv as u32, head_dim: d as u32 };
-            let keys_total = 90;
+            let keys_total = 140;
             let kc = rng.vec(keys_total * hkv * d, 1.0);
             let vc = rng.vec(keys_total * hkv * d, 1.0);
             let (kb, vb) = (upload(&gpu, &kc), upload(&gpu, &vc));
-            let q_all = rng.vec(17 * hq * d, 1.0);
+            let q_all = rng.vec(64 * hq * d, 1.0);
             let width = hq * d;
             let past = 60;
             for causal in [true, false] {
                 let kv_len = if causal { past } else { 77 };
                 // Each row alone: row r is at position past + r, so it runs with kv_len past + r.
-                let alone: Vec<Vec<f32>> = (0..17)
+                let alone: Vec<Vec<f32>> = (0..64)
                     .map(|r| {
                         let q = &q_all[r * width..(r + 1) * width];
                         if causal {

@@ -7,7 +7,7 @@
 use crate::checkpoint::{expect_shape, expect_tensor, WeightSource};
 use crate::drafter::{detect_head_prefix, DrafterConfig, DrafterKind};
 use crate::error::Result;
-use crate::qwen3::{LayerDims, LayerIo, LayerWeights, Qwen3Model};
+use crate::qwen3::{LayerDims, LayerIo, LayerWeights, QkvWeights, Qwen3Model};
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
 use domino_engine::{Epilogue, Gpu, GpuBuffer, HostTensor, Matrix, Rows, Step, WeightFormat};
 use std::sync::Arc;
@@ -65,9 +65,11 @@ impl DrafterModel {
             let v = |n: &str, len| vector(&gpu, src, &(p.clone() + n), len);
             layers.push(LayerWeights {
                 input_norm: v("input_layernorm.weight", h)?,
-                q: m("self_attn.q_proj.weight", qw, h)?,
-                k: m("self_attn.k_proj.weight", kvw, h)?,
-                v: m("self_attn.v_proj.weight", kvw, h)?,
+                qkv: QkvWeights::Separate {
+                    q: m("self_attn.q_proj.weight", qw, h)?,
+                    k: m("self_attn.k_proj.weight", kvw, h)?,
+                    v: m("self_attn.v_proj.weight", kvw, h)?,
+                },
                 o: m("self_attn.o_proj.weight", h, qw)?,
                 q_norm: Some(v("self_attn.q_norm.weight", d)?),
                 k_norm: Some(v("self_attn.k_norm.weight", d)?),
@@ -172,8 +174,12 @@ impl DrafterModel {
             kernels::matmul(step, &self.fc, &features.skip(r0), &Rows::new(&st.fc_out, 0, h), nb, Epilogue::Store)?;
             kernels::rmsnorm(step, &self.hidden_norm, h, c.rms_norm_eps, &Rows::new(&st.fc_out, 0, h), &ctx, nb)?;
             for (li, l) in self.layers.iter().enumerate() {
-                kernels::matmul(step, &l.k, &ctx, &Rows::new(&st.k_raw, 0, kvw), nb, Epilogue::Store)?;
-                kernels::matmul(step, &l.v, &ctx, &Rows::new(&st.v_cache[li], pos * kvw, kvw), nb, Epilogue::Store)?;
+                let QkvWeights::Separate { k, v, .. } = &l.qkv else {
+                    return Err(domino_engine::EngineError::Gpu("drafter layers keep separate q/k/v projections".into()).into());
+                };
+                step.set_label(&format!("draft layer {li} context k/v"));
+                kernels::matmul(step, k, &ctx, &Rows::new(&st.k_raw, 0, kvw), nb, Epilogue::Store)?;
+                kernels::matmul(step, v, &ctx, &Rows::new(&st.v_cache[li], pos * kvw, kvw), nb, Epilogue::Store)?;
                 let dst = Rows::new(&st.k_cache[li], pos * kvw, kvw);
                 kernels::norm_rope(step, &Rows::new(&st.k_raw, 0, kvw), &dst, l.k_norm.as_ref(), &st.rope, nb, hkv, hd, pos, c.rms_norm_eps)?;
             }
@@ -210,7 +216,10 @@ impl DrafterModel {
         }
         let dims = LayerDims { hidden: h, intermediate: c.intermediate_size as u32, attention: self.attention_shape(), eps };
         for (li, l) in self.layers.iter().enumerate() {
+            let label = format!("draft layer {li}");
             let io = LayerIo {
+                label: &label,
+                qkv: None,
                 x: &st.x,
                 a: &st.a,
                 q_raw: &st.q_raw,

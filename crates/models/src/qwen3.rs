@@ -6,15 +6,29 @@
 use crate::checkpoint::{expect_shape, expect_tensor, RawTensor, WeightSource};
 use crate::config::Qwen3Config;
 use crate::error::Result;
-use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
+use domino_engine::kernels::{self, AttentionScratch, AttentionShape, NormInput, SamplingConfig};
 use domino_engine::{DTypeChoice, Epilogue, Gpu, GpuBuffer, HostTensor, Matrix, Rows, Step, WeightFormat};
 use std::sync::Arc;
 
+/// The attention's input projections: three matrices, or one fused `[q | k | v]` matrix (the target,
+/// when the three share a storage format: one matmul and one rope pass instead of three and two).
+pub enum QkvWeights {
+    Separate { q: Matrix, k: Matrix, v: Matrix },
+    Fused(Matrix),
+}
+
+impl QkvWeights {
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Self::Separate { q, k, v } => q.bytes() + k.bytes() + v.bytes(),
+            Self::Fused(m) => m.bytes(),
+        }
+    }
+}
+
 pub struct LayerWeights {
     pub input_norm: Arc<GpuBuffer>,
-    pub q: Matrix,
-    pub k: Matrix,
-    pub v: Matrix,
+    pub qkv: QkvWeights,
     pub o: Matrix,
     pub q_norm: Option<Arc<GpuBuffer>>,
     pub k_norm: Option<Arc<GpuBuffer>>,
@@ -26,7 +40,11 @@ pub struct LayerWeights {
 
 /// The buffers one decoder layer reads and writes (the target's and the drafter's states both hold them).
 pub struct LayerIo<'a> {
+    /// Prefix of the dispatch labels `domino plan` shows ("layer 3").
+    pub label: &'a str,
     pub x: &'a Arc<GpuBuffer>,
+    /// The fused projection's output rows (needed with `QkvWeights::Fused`).
+    pub qkv: Option<&'a Arc<GpuBuffer>>,
     pub a: &'a Arc<GpuBuffer>,
     pub q_raw: &'a Arc<GpuBuffer>,
     pub q: &'a Arc<GpuBuffer>,
@@ -48,7 +66,24 @@ pub struct LayerDims {
     pub eps: f32,
 }
 
+/// One `[q | k | v]` matrix from three tensors of one dtype (their rows concatenated).
+fn qkv_fused(names: &[String; 3], t: &[RawTensor<'_>; 3], rows: usize, cols: usize, upload: &mut dyn FnMut(&str, &RawTensor<'_>) -> Result<Matrix>) -> Result<QkvWeights> {
+    let mut data = Vec::with_capacity(t.iter().map(|t| t.data.len()).sum());
+    for part in t {
+        data.extend_from_slice(&part.data);
+    }
+    let name = names[0].replace("q_proj", "qkv_proj (fused q/k/v)");
+    let shape = [rows, cols];
+    let fused = RawTensor { dtype: t[0].dtype, shape: &shape, data: std::borrow::Cow::Owned(data), file: t[0].file };
+    Ok(QkvWeights::Fused(upload(&name, &fused)?))
+}
+
 impl LayerWeights {
+    /// Bytes of the layer's matrices (what one decode step reads of them).
+    pub fn matrix_bytes(&self) -> u64 {
+        self.qkv.bytes() + self.o.bytes() + self.gate.bytes() + self.up.bytes() + self.down.bytes()
+    }
+
     /// Record one Qwen3 decoder layer over `rows` rows at positions pos..: K/V are written into the
     /// cache at those positions, then attention over `kv_len` keys (causal: row r sees kv_len + r + 1;
     /// unmasked: all kv_len, the drafter's [context ++ block]).
@@ -58,18 +93,39 @@ impl LayerWeights {
         let (h, qw, kvw) = (d.hidden, sh.n_heads * sh.head_dim, sh.n_kv_heads * sh.head_dim);
         let x = Rows::new(io.x, 0, h);
         let a = Rows::new(io.a, 0, h);
-        kernels::rmsnorm(step, &self.input_norm, h, d.eps, &x, &a, rows)?;
-        kernels::matmul(step, &self.q, &a, &Rows::new(io.q_raw, 0, qw), rows, Epilogue::Store)?;
-        kernels::matmul(step, &self.k, &a, &Rows::new(io.k_raw, 0, kvw), rows, Epilogue::Store)?;
-        kernels::matmul(step, &self.v, &a, &Rows::new(io.v_cache, pos * kvw, kvw), rows, Epilogue::Store)?;
+        let label = |step: &mut Step, what: &str| step.set_label(&format!("{} {what}", io.label));
         let q_rows = Rows::new(io.q, 0, qw);
-        kernels::norm_rope(step, &Rows::new(io.q_raw, 0, qw), &q_rows, self.q_norm.as_ref(), io.rope, rows, sh.n_heads, sh.head_dim, pos, d.eps)?;
-        let k_dst = Rows::new(io.k_cache, pos * kvw, kvw);
-        kernels::norm_rope(step, &Rows::new(io.k_raw, 0, kvw), &k_dst, self.k_norm.as_ref(), io.rope, rows, sh.n_kv_heads, sh.head_dim, pos, d.eps)?;
+        label(step, "q/k/v");
+        match &self.qkv {
+            QkvWeights::Fused(qkv) => {
+                let buf = io.qkv.ok_or_else(|| domino_engine::EngineError::Gpu("a fused q/k/v layer needs a qkv buffer".into()))?;
+                let qkv_rows = Rows::new(buf, 0, qw + 2 * kvw);
+                let norm = NormInput { weight: &self.input_norm, eps: d.eps, scratch: a.clone() };
+                kernels::matmul_normed(step, qkv, &norm, &x, &qkv_rows, rows, Epilogue::Store)?;
+                label(step, "q/k norm + rope");
+                let norms = self.q_norm.as_ref().zip(self.k_norm.as_ref());
+                let rope = kernels::QkvRope { qkv: &qkv_rows, q: &q_rows, k_cache: io.k_cache, v_cache: io.v_cache, norms, rope_table: io.rope };
+                kernels::qkv_rope(step, &rope, sh, rows, pos, d.eps)?;
+            }
+            QkvWeights::Separate { q, k, v } => {
+                kernels::rmsnorm(step, &self.input_norm, h, d.eps, &x, &a, rows)?;
+                kernels::matmul(step, q, &a, &Rows::new(io.q_raw, 0, qw), rows, Epilogue::Store)?;
+                kernels::matmul(step, k, &a, &Rows::new(io.k_raw, 0, kvw), rows, Epilogue::Store)?;
+                kernels::matmul(step, v, &a, &Rows::new(io.v_cache, pos * kvw, kvw), rows, Epilogue::Store)?;
+                label(step, "q/k norm + rope");
+                kernels::norm_rope(step, &Rows::new(io.q_raw, 0, qw), &q_rows, self.q_norm.as_ref(), io.rope, rows, sh.n_heads, sh.head_dim, pos, d.eps)?;
+                let k_dst = Rows::new(io.k_cache, pos * kvw, kvw);
+                kernels::norm_rope(step, &Rows::new(io.k_raw, 0, kvw), &k_dst, self.k_norm.as_ref(), io.rope, rows, sh.n_kv_heads, sh.head_dim, pos, d.eps)?;
+            }
+        }
+        label(step, "attention");
         kernels::attention(step, sh, &q_rows, io.k_cache, io.v_cache, &Rows::new(io.att, 0, qw), io.scratch, rows, kv_len, causal)?;
+        label(step, "o_proj + residual");
         kernels::matmul(step, &self.o, &Rows::new(io.att, 0, qw), &x, rows, Epilogue::Accumulate)?;
-        kernels::rmsnorm(step, &self.post_norm, h, d.eps, &x, &a, rows)?;
-        kernels::matmul_glu(step, &self.gate, &self.up, &a, &Rows::new(io.mlp, 0, d.intermediate), rows)?;
+        label(step, "gate/up");
+        let norm = NormInput { weight: &self.post_norm, eps: d.eps, scratch: a.clone() };
+        kernels::matmul_glu_normed(step, &self.gate, &self.up, &norm, &x, &Rows::new(io.mlp, 0, d.intermediate), rows)?;
+        label(step, "down + residual");
         kernels::matmul(step, &self.down, &Rows::new(io.mlp, 0, d.intermediate), &x, rows, Epilogue::Accumulate)?;
         Ok(())
     }
@@ -139,17 +195,16 @@ impl Qwen3Model {
         let scope = gpu.begin_allocation_check();
         let mut done = 0u64;
         let mut formats = Vec::new();
-        let mut mat = |name: &str, n: usize, k: usize| -> Result<Matrix> {
-            let t = expect_tensor(src, name, &[n, k])?;
+        let mut mat_from = |name: &str, t: &RawTensor<'_>| -> Result<Matrix> {
             let format = dtype.format_for(t.dtype);
             formats.push(format);
-            let m = Matrix::upload(&gpu, &host(name, &t)?, format, &mut |b| {
+            let m = Matrix::upload(&gpu, &host(name, t)?, format, &mut |b| {
                 done += b;
                 progress(done, total, name);
             })?;
             Ok(m)
         };
-        let embed = mat("model.embed_tokens.weight", v, h)?;
+        let embed = mat_from("model.embed_tokens.weight", &expect_tensor(src, "model.embed_tokens.weight", &[v, h])?)?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for l in 0..c.num_layers {
             let p = format!("model.layers.{l}.");
@@ -162,21 +217,28 @@ impl Qwen3Model {
             let (q_norm, k_norm) =
                 if c.qk_norm { (Some(vecw("self_attn.q_norm.weight", c.head_dim)?), Some(vecw("self_attn.k_norm.weight", c.head_dim)?)) } else { (None, None) };
             let post_norm = vecw("post_attention_layernorm.weight", h)?;
+            let qkv = {
+                let names = ["q_proj", "k_proj", "v_proj"].map(|n| format!("{p}self_attn.{n}.weight"));
+                let t = [expect_tensor(src, &names[0], &[qw, h])?, expect_tensor(src, &names[1], &[kvw, h])?, expect_tensor(src, &names[2], &[kvw, h])?];
+                if t.iter().all(|x| x.dtype == t[0].dtype) {
+                    qkv_fused(&names, &t, qw + 2 * kvw, h, &mut mat_from)?
+                } else {
+                    QkvWeights::Separate { q: mat_from(&names[0], &t[0])?, k: mat_from(&names[1], &t[1])?, v: mat_from(&names[2], &t[2])? }
+                }
+            };
             layers.push(LayerWeights {
                 input_norm,
-                q: mat(&(p.clone() + "self_attn.q_proj.weight"), qw, h)?,
-                k: mat(&(p.clone() + "self_attn.k_proj.weight"), kvw, h)?,
-                v: mat(&(p.clone() + "self_attn.v_proj.weight"), kvw, h)?,
-                o: mat(&(p.clone() + "self_attn.o_proj.weight"), h, qw)?,
+                qkv,
+                o: { let n = p.clone() + "self_attn.o_proj.weight"; mat_from(&n, &expect_tensor(src, &n, &[h, qw])?)? },
                 q_norm,
                 k_norm,
                 post_norm,
-                gate: mat(&(p.clone() + "mlp.gate_proj.weight"), inter, h)?,
-                up: mat(&(p.clone() + "mlp.up_proj.weight"), inter, h)?,
-                down: mat(&(p.clone() + "mlp.down_proj.weight"), h, inter)?,
+                gate: { let n = p.clone() + "mlp.gate_proj.weight"; mat_from(&n, &expect_tensor(src, &n, &[inter, h])?)? },
+                up: { let n = p.clone() + "mlp.up_proj.weight"; mat_from(&n, &expect_tensor(src, &n, &[inter, h])?)? },
+                down: { let n = p.clone() + "mlp.down_proj.weight"; mat_from(&n, &expect_tensor(src, &n, &[h, inter])?)? },
             });
         }
-        let lm_head = if untied { Some(mat("lm_head.weight", v, h)?) } else { None };
+        let lm_head = if untied { Some(mat_from("lm_head.weight", &expect_tensor(src, "lm_head.weight", &[v, h])?)?) } else { None };
         let t = expect_tensor(src, "model.norm.weight", &[h])?;
         let norm = domino_engine::tensor::upload_vector(&gpu, &host("model.norm.weight", &t)?)?;
         gpu.end_allocation_check(scope, "the model weights")?;
@@ -191,7 +253,7 @@ impl Qwen3Model {
 
     /// Bytes of weights one decode step reads (every matrix but the gathered embedding rows).
     pub fn decode_weight_bytes(&self) -> u64 {
-        let layers: u64 = self.layers.iter().map(|l| l.q.bytes() + l.k.bytes() + l.v.bytes() + l.o.bytes() + l.gate.bytes() + l.up.bytes() + l.down.bytes()).sum();
+        let layers: u64 = self.layers.iter().map(LayerWeights::matrix_bytes).sum();
         layers + self.lm_head().bytes()
     }
 
@@ -228,6 +290,7 @@ impl Qwen3Model {
             scratch,
             x: f("x", c.hidden_size, max_rows)?,
             a: f("normed", c.hidden_size, max_rows)?,
+            qkv: f("q/k/v (projected)", c.q_width() + 2 * c.kv_width(), max_rows)?,
             q_raw: f("q (projected)", c.q_width(), max_rows)?,
             q: f("q (rotated)", c.q_width(), max_rows)?,
             k_raw: f("k (projected)", c.kv_width(), max_rows)?,
@@ -267,9 +330,13 @@ impl Qwen3Model {
         while r0 < fwd.n_rows {
             let nb = (fwd.n_rows - r0).min(state.max_rows as u32);
             let pos = fwd.pos0 + r0;
+            step.set_label("embedding");
             kernels::embedding(step, &self.embed, &state.ids, pos, &x, nb)?;
             for (li, l) in self.layers.iter().enumerate() {
+                let label = format!("layer {li}");
                 let io = LayerIo {
+                    label: &label,
+                    qkv: Some(&state.qkv),
                     x: &state.x,
                     a: &state.a,
                     q_raw: &state.q_raw,
@@ -288,6 +355,7 @@ impl Qwen3Model {
                     if let Some(slot) = cap.layers.iter().position(|&c| c == li) {
                         let width = cap.layers.len() as u32 * h;
                         let dst = Rows::new(cap.dst, (cap.dst_row + r0) * width + slot as u32 * h, width);
+                        step.set_label(&format!("layer {li} feature capture"));
                         kernels::copy_rows(step, &x, &dst, h, nb)?;
                     }
                 }
@@ -297,9 +365,10 @@ impl Qwen3Model {
             let e = r0 + nb;
             if s < e {
                 let local = s - r0;
-                kernels::rmsnorm(step, &self.norm, h, eps, &x.skip(local), &a.skip(local), e - s)?;
                 let v = c.vocab_size as u32;
-                kernels::matmul(step, self.lm_head(), &a.skip(local), &Rows::new(&state.logits, (s - fwd.logits_from) * v, v), e - s, Epilogue::Store)?;
+                step.set_label("final norm + lm_head");
+                let norm = NormInput { weight: &self.norm, eps, scratch: a.skip(local) };
+                kernels::matmul_normed(step, self.lm_head(), &norm, &x.skip(local), &Rows::new(&state.logits, (s - fwd.logits_from) * v, v), e - s, Epilogue::Store)?;
             }
             r0 += nb;
         }
@@ -311,6 +380,7 @@ impl Qwen3Model {
     #[allow(clippy::too_many_arguments)]
     pub fn record_sample(&self, step: &mut Step, state: &ForwardState, n: u32, cfg: &SamplingConfig, counter: u32, out: &Arc<GpuBuffer>, out_offset: u32) -> Result<()> {
         let v = self.config.vocab_size as u32;
+        step.set_label("sampling");
         kernels::sample(step, &Rows::new(&state.logits, 0, v), v, n, out, out_offset, cfg, counter)?;
         Ok(())
     }
@@ -339,6 +409,7 @@ pub struct ForwardState {
     pub scratch: AttentionScratch,
     pub x: Arc<GpuBuffer>,
     pub a: Arc<GpuBuffer>,
+    pub qkv: Arc<GpuBuffer>,
     pub q_raw: Arc<GpuBuffer>,
     pub q: Arc<GpuBuffer>,
     pub k_raw: Arc<GpuBuffer>,

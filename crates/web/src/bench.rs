@@ -36,7 +36,7 @@ fn min_max(v: &[f64]) -> (f64, f64) {
 }
 
 fn layer_bytes(layers: &[domino_models::qwen3::LayerWeights]) -> u64 {
-    layers.iter().map(|l| l.q.bytes() + l.k.bytes() + l.v.bytes() + l.o.bytes() + l.gate.bytes() + l.up.bytes() + l.down.bytes()).sum()
+    layers.iter().map(domino_models::qwen3::LayerWeights::matrix_bytes).sum()
 }
 
 /// Target weights (embedding once) + KV cache, as `domino bench` estimates it.
