@@ -44,7 +44,7 @@ const WG: u32 = {{WG}}u;
 const NEG_BIG: f32 = -3.0e38;
 
 @group(0) @binding(0) var<uniform> p: Params;
-#if PARTIAL
+#if PARTIAL || FUSED
 #if V4
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>;
@@ -57,6 +57,9 @@ const NEG_BIG: f32 = -3.0e38;
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 #endif
 @group(0) @binding(5) var<storage, read_write> stats: array<vec2<f32>>;
+#if FUSED
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+#endif
 #else
 @group(0) @binding(4) var<storage, read> part: array<f32>;
 @group(0) @binding(5) var<storage, read> stats: array<vec2<f32>>;
@@ -69,6 +72,69 @@ fn visible_keys(row: u32) -> u32 {
     }
     return p.kv_len;
 }
+
+#if PARTIAL || FUSED
+#if !COOP
+// One chunk of the CPU family's partial work for slot t = (row, head, chunk): scores in key order,
+// their max m and sum l of e^(s - m), and the unnormalised output sum_j e^(s_j - m) v_j written to
+// part[t * head_dim..]. The chunk must hold at least one visible key. Returns (m, l).
+fn chunk_partial(t: u32, row: u32, head: u32, chunk: u32) -> vec2<f32> {
+    let d = p.head_dim;
+    let start = chunk * CHUNK;
+    let end = min(start + CHUNK, visible_keys(row));
+    let kv_head = head / (p.n_heads / p.n_kv_heads);
+    let qb = p.q_offset + row * p.q_stride + head * d;
+    var s: array<f32, 32>;
+    var m = NEG_BIG;
+    for (var j = start; j < end; j = j + 1u) {
+        let kb = (j * p.n_kv_heads + kv_head) * d;
+        var dot = 0.0;
+#if V4
+        for (var i = 0u; i < d / 4u; i = i + 1u) {
+            let qv = q[qb / 4u + i];
+            let kv = k_cache[kb / 4u + i];
+            dot = fma(qv.x, kv.x, dot);
+            dot = fma(qv.y, kv.y, dot);
+            dot = fma(qv.z, kv.z, dot);
+            dot = fma(qv.w, kv.w, dot);
+        }
+#else
+        for (var i = 0u; i < d; i = i + 1u) {
+            dot = fma(q[qb + i], k_cache[kb + i], dot);
+        }
+#endif
+        let score = dot * p.scale;
+        s[j - start] = score;
+        m = max(m, score);
+    }
+    var l = 0.0;
+    for (var j = start; j < end; j = j + 1u) {
+        let e = exp(s[j - start] - m);
+        s[j - start] = e;
+        l = l + e;
+    }
+    let pb = t * d;
+#if V4
+    for (var i = 0u; i < d / 4u; i = i + 1u) {
+        var a = vec4<f32>(0.0);
+        for (var j = start; j < end; j = j + 1u) {
+            a = fma(vec4<f32>(s[j - start]), v_cache[(j * p.n_kv_heads + kv_head) * d / 4u + i], a);
+        }
+        part[pb / 4u + i] = a;
+    }
+#else
+    for (var i = 0u; i < d; i = i + 1u) {
+        var a = 0.0;
+        for (var j = start; j < end; j = j + 1u) {
+            a = fma(s[j - start], v_cache[(j * p.n_kv_heads + kv_head) * d + i], a);
+        }
+        part[pb + i] = a;
+    }
+#endif
+    return vec2<f32>(m, l);
+}
+#endif
+#endif
 
 #if PARTIAL
 #if COOP
@@ -191,66 +257,51 @@ fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
     let chunk = t % p.n_chunks;
     let head = (t / p.n_chunks) % p.n_heads;
     let row = t / (p.n_chunks * p.n_heads);
-    let d = p.head_dim;
-    let start = chunk * CHUNK;
-    let visible = visible_keys(row);
-    if (start >= visible) {
+    if (chunk * CHUNK >= visible_keys(row)) {
         stats[t] = vec2<f32>(NEG_BIG, 0.0);
         return;
     }
-    let end = min(start + CHUNK, visible);
-    let kv_head = head / (p.n_heads / p.n_kv_heads);
-    let qb = p.q_offset + row * p.q_stride + head * d;
-    var s: array<f32, 32>;
-    var m = NEG_BIG;
-    for (var j = start; j < end; j = j + 1u) {
-        let kb = (j * p.n_kv_heads + kv_head) * d;
-        var dot = 0.0;
-#if V4
-        for (var i = 0u; i < d / 4u; i = i + 1u) {
-            let qv = q[qb / 4u + i];
-            let kv = k_cache[kb / 4u + i];
-            dot = fma(qv.x, kv.x, dot);
-            dot = fma(qv.y, kv.y, dot);
-            dot = fma(qv.z, kv.z, dot);
-            dot = fma(qv.w, kv.w, dot);
-        }
-#else
-        for (var i = 0u; i < d; i = i + 1u) {
-            dot = fma(q[qb + i], k_cache[kb + i], dot);
-        }
-#endif
-        let score = dot * p.scale;
-        s[j - start] = score;
-        m = max(m, score);
-    }
-    var l = 0.0;
-    for (var j = start; j < end; j = j + 1u) {
-        let e = exp(s[j - start] - m);
-        s[j - start] = e;
-        l = l + e;
-    }
-    let pb = t * d;
-#if V4
-    for (var i = 0u; i < d / 4u; i = i + 1u) {
-        var a = vec4<f32>(0.0);
-        for (var j = start; j < end; j = j + 1u) {
-            a = fma(vec4<f32>(s[j - start]), v_cache[(j * p.n_kv_heads + kv_head) * d / 4u + i], a);
-        }
-        part[pb / 4u + i] = a;
-    }
-#else
-    for (var i = 0u; i < d; i = i + 1u) {
-        var a = 0.0;
-        for (var j = start; j < end; j = j + 1u) {
-            a = fma(s[j - start], v_cache[(j * p.n_kv_heads + kv_head) * d + i], a);
-        }
-        part[pb + i] = a;
-    }
-#endif
-    stats[t] = vec2<f32>(m, l);
+    stats[t] = chunk_partial(t, row, head, chunk);
 }
 #endif
+#elif FUSED
+// The CPU family's one-pass attention: one invocation per (row, head) runs the partial pass's work
+// for each chunk in turn (chunk_partial, into the same scratch), then the combine pass's merge for
+// each channel, so the output has the two-pass kernel's bits in one dispatch instead of two.
+@compute @workgroup_size(WG)
+fn fused(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let rh = gid.x + gid.y * 65535u * WG;
+    if (rh >= p.n_rows * p.n_heads) {
+        return;
+    }
+    let head = rh % p.n_heads;
+    let row = rh / p.n_heads;
+    let d = p.head_dim;
+    let n_used = (visible_keys(row) + CHUNK - 1u) / CHUNK;
+    let sb = rh * p.n_chunks;
+    var m_all = NEG_BIG;
+    for (var chunk = 0u; chunk < n_used; chunk = chunk + 1u) {
+        let st = chunk_partial(sb + chunk, row, head, chunk);
+        stats[sb + chunk] = st;
+        m_all = max(m_all, st.x);
+    }
+    // The combine pass's merge, channel by channel, in chunk order.
+    for (var i = 0u; i < d; i = i + 1u) {
+        var l = 0.0;
+        var o = 0.0;
+        for (var c = 0u; c < n_used; c = c + 1u) {
+            let st = stats[sb + c];
+            let f = exp(st.x - m_all);
+            l = fma(st.y, f, l);
+#if V4
+            o = fma(part[((sb + c) * d + i) / 4u][i % 4u], f, o);
+#else
+            o = fma(part[(sb + c) * d + i], f, o);
+#endif
+        }
+        out[p.out_offset + row * p.out_stride + head * d + i] = o / l;
+    }
+}
 #else
 @compute @workgroup_size(WG)
 fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {

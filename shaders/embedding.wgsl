@@ -10,7 +10,8 @@
 //   2 storage  w: the chunk; F32 -> array<f32>; F16 -> array<f16>; Q8_0 / Q4_0 / Q4_1 -> array<u32> in
 //              matmul_quant.wgsl's group layout; else array<u32> of packed f16 pairs
 //              TEXTURE: a texture_2d<u32> read as a linear array of texels (4 words each): F32 and
-//              f16 in matmul.wgsl's TEXTURE layout, quantized blocks in matmul_quant.wgsl's layout
+//              f16 in matmul.wgsl's TEXTURE layout, quantized blocks in matmul_quant.wgsl's TEXTURE
+//              layout (groups interleaved in runs of 8, see group_word)
 //              ROW_MAJOR (GPU kernel family): array<u32> in matmul_gpu.wgsl's layout (row_major.rs):
 //              token t's values contiguous, wcols words per token, quantized scales from scales_at
 //   3 storage  y: array<f32>, row r at y_offset + r * y_stride
@@ -81,6 +82,25 @@ fn half_at(i: u32, h: u32) -> f32 {
     return select(pair.x, pair.y, h == 1u);
 }
 
+#if Q8_0 || Q4_0 || Q4_1
+// Word `off` of the quantized group (block-row kb, 16-column block blk) of `words` words, in
+// matmul_quant.wgsl's order: groups in sequence in buffers, interleaved in runs of 8 in textures.
+fn group_word(kb: u32, blk: u32, off: u32, words: u32) -> u32 {
+#if TEXTURE
+    let t = ((kb * (p.wcols / 128u) + blk / 8u) * (words / 4u) + off / 4u) * 8u + blk % 8u;
+    return texel(t)[off % 4u];
+#else
+    return word((kb * (p.wcols / 16u) + blk) * words + off);
+#endif
+}
+
+// The f16 at half h of a group's word `off`.
+fn group_half(kb: u32, blk: u32, off: u32, words: u32, h: u32) -> f32 {
+    let pair = unpack2x16float(group_word(kb, blk, off, words));
+    return select(pair.x, pair.y, h == 1u);
+}
+#endif
+
 // Channel j of vocabulary column `col` (relative to the chunk).
 fn load(j: u32, col: u32) -> f32 {
 #if ROW_MAJOR
@@ -108,23 +128,26 @@ fn load(j: u32, col: u32) -> f32 {
 #endif
 #endif
 #elif Q8_0
-    let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 136u;
+    let kb = j / 32u;
+    let blk = col / 16u;
     let i = j % 32u;
     let c = col % 16u;
-    let q = bitcast<i32>(word(base + (i / 4u) * 16u + c) << (24u - 8u * (i % 4u))) >> 24u;
-    return f32(q) * half_at(base + 128u + c / 2u, c % 2u);
+    let q = bitcast<i32>(group_word(kb, blk, (i / 4u) * 16u + c, 136u) << (24u - 8u * (i % 4u))) >> 24u;
+    return f32(q) * group_half(kb, blk, 128u + c / 2u, 136u, c % 2u);
 #elif Q4_0
-    let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 72u;
+    let kb = j / 32u;
+    let blk = col / 16u;
     let i = j % 32u;
     let c = col % 16u;
-    let q = (word(base + (i / 8u) * 16u + c) >> (4u * (i % 8u))) & 15u;
-    return (f32(q) - 8.0) * half_at(base + 64u + c / 2u, c % 2u);
+    let q = (group_word(kb, blk, (i / 8u) * 16u + c, 72u) >> (4u * (i % 8u))) & 15u;
+    return (f32(q) - 8.0) * group_half(kb, blk, 64u + c / 2u, 72u, c % 2u);
 #elif Q4_1
-    let base = ((j / 32u) * (p.wcols / 16u) + col / 16u) * 80u;
+    let kb = j / 32u;
+    let blk = col / 16u;
     let i = j % 32u;
     let c = col % 16u;
-    let q = (word(base + (i / 8u) * 16u + c) >> (4u * (i % 8u))) & 15u;
-    return fma(f32(q), half_at(base + 64u + c / 2u, c % 2u), half_at(base + 72u + c / 2u, c % 2u));
+    let q = (group_word(kb, blk, (i / 8u) * 16u + c, 80u) >> (4u * (i % 8u))) & 15u;
+    return fma(f32(q), group_half(kb, blk, 64u + c / 2u, 80u, c % 2u), group_half(kb, blk, 72u + c / 2u, 80u, c % 2u));
 #elif TEXTURE
     // Column col is column c of invocation blk: part c / (columns per texel) of its texels.
     let blk = col / 16u;

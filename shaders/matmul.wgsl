@@ -18,7 +18,9 @@
 //              storage buffer one bounds-checked word per lane, and streams need contiguous runs.
 //   3 storage  w_up (GLU variant only): the up projection, same layout as w (the gate)
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
+//   5 storage  norm_w (NORM only): array<f32>, the k RMSNorm weights of x's rows
 // Defines: ROWS (rows per invocation: 1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), F32 | F16, GLU,
+// NORM (x is RMSNorm-ed on the fly: binding 5 holds the k norm weights, eps in Params; see inv_rms),
 // TEXTURE with TEX_SHIFT (log2 of the texture width), X4 (x read as vec4: k, x_offset, x_stride
 // multiples of 4).
 //
@@ -39,7 +41,8 @@ struct Params {
     cols: u32,
     wcols: u32,
     accumulate: u32,
-    _pad0: u32,
+    // NORM: the RMSNorm epsilon.
+    eps: f32,
     _pad1: u32,
 }
 
@@ -75,7 +78,21 @@ alias Block = array<vec4<u32>, 2>;
 #endif
 
 const ROWS: u32 = {{ROWS}}u;
-const WG: u32 = 16u;
+const WG: u32 = {{WG}}u;
+
+fn x_scalar(i: u32) -> f32 {
+#if X4
+    return x[i / 4u][i % 4u];
+#else
+    return x[i];
+#endif
+}
+
+#if NORM
+@group(0) @binding(5) var<storage, read> norm_w: array<f32>;
+
+#include rms_scale.wgsl
+#endif
 
 #if TEXTURE
 const TEX_SHIFT: u32 = {{TEX_SHIFT}}u;
@@ -175,7 +192,7 @@ fn lane(x4: array<vec4<f32>, ROWS>, e: u32) -> array<f32, ROWS> {
 }
 #endif
 
-@compute @workgroup_size(16)
+@compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let blk = gid.x;
     let r0 = gid.y * ROWS;
@@ -185,6 +202,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var acc: Acc;
     var acc_up: Acc;
     // Rows past n_rows re-read the last row; their results are never stored.
+#if NORM
+    var inv: array<f32, ROWS>;
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        inv[r] = inv_rms(min(r0 + r, p.n_rows - 1u));
+    }
+#endif
 #if X4
     // x read four inputs at a time (k, x_offset and x_stride are multiples of 4): one vector load
     // instead of four scalar ones, the same order of accumulation.
@@ -193,6 +216,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         for (var r = 0u; r < ROWS; r = r + 1u) {
             let row = min(r0 + r, p.n_rows - 1u);
             x4[r] = x[(p.x_offset + row * p.x_stride + k) / 4u];
+#if NORM
+            x4[r] = x4[r] * inv[r] * vec4<f32>(norm_w[k], norm_w[k + 1u], norm_w[k + 2u], norm_w[k + 3u]);
+#endif
         }
         mac(&acc, &acc_up, blk, k, lane(x4, 0u));
         mac(&acc, &acc_up, blk, k + 1u, lane(x4, 1u));
@@ -205,6 +231,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         for (var r = 0u; r < ROWS; r = r + 1u) {
             let row = min(r0 + r, p.n_rows - 1u);
             xs[r] = x[p.x_offset + row * p.x_stride + k];
+#if NORM
+            xs[r] = xs[r] * inv[r] * norm_w[k];
+#endif
         }
         mac(&acc, &acc_up, blk, k, xs);
     }

@@ -12,12 +12,17 @@
 //                d       8 words, f16 pairs: column c in word c / 2, low half for even c.
 //                m       (Q4_1 only) 8 more words, same packing.
 //              Columns past `cols` are zero blocks (d = 0). quant.rs writes this layout.
-//              TEXTURE variant (CPU adapters): the same vec4 sequence as the texels of a texture_2d<u32>
-//              read as one linear array (vec4 i at (i & (W-1), i >> TEX_SHIFT)), see matmul.wgsl.
+//              TEXTURE variant (CPU adapters): texels of a texture_2d<u32> read as one linear array
+//              (texel i at (i & (W-1), i >> TEX_SHIFT)); within each block-row kb the groups are
+//              interleaved in runs of 8 (wcols / 16 is a multiple of 8): vec4 x of group blk is texel
+//              ((kb * wcols / 128 + blk / 8) * V4 + x) * 8 + blk % 8, so 8 neighbouring invocations read
+//              8 neighbouring texels (tensor.rs interleave_groups).
 //   3 storage  w_up (GLU variant only): the up projection, same layout
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
+//   5 storage  norm_w (NORM only): array<f32>, the k RMSNorm weights of x's rows
 // Defines: Q8_0 | Q4_0 | Q4_1, ROWS (1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), GLU,
-// TEXTURE with TEX_SHIFT.
+// TEXTURE with TEX_SHIFT, NORM (x is RMSNorm-ed on the fly: binding 5 holds the k norm weights, eps
+// in Params; see inv_rms).
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
 // order 0..k with fma of the dequantized weight (q·d, (q-8)·d or q·d+m: exact in f32, so identical to
@@ -36,7 +41,8 @@ struct Params {
     cols: u32,
     wcols: u32,
     accumulate: u32,
-    _pad0: u32,
+    // NORM: the RMSNorm epsilon.
+    eps: f32,
     _pad1: u32,
 }
 
@@ -96,6 +102,22 @@ fn up_at(i: u32) -> vec4<u32> {
 #endif
 
 const ROWS: u32 = {{ROWS}}u;
+// Distance between a group's consecutive vec4s: 8 in weight textures (groups interleaved), else 1.
+#if TEXTURE
+const STEP: u32 = 8u;
+#else
+const STEP: u32 = 1u;
+#endif
+
+fn x_scalar(i: u32) -> f32 {
+    return x[i];
+}
+
+#if NORM
+@group(0) @binding(5) var<storage, read> norm_w: array<f32>;
+
+#include rms_scale.wgsl
+#endif
 
 // Four columns' f16 values from two packed words (columns 4i..4i+3 of the group).
 fn halves(v: vec2<u32>) -> vec4<f32> {
@@ -127,7 +149,9 @@ fn silu(v: vec4<f32>) -> vec4<f32> {
 }
 #endif
 
-@compute @workgroup_size(16)
+const WG: u32 = {{WG}}u;
+
+@compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let blk = gid.x;
     let r0 = gid.y * ROWS;
@@ -139,26 +163,37 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #if GLU
     var acc_up: array<vec4<f32>, ROWS * 4u>;
 #endif
+#if NORM
+    var inv: array<f32, ROWS>;
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        inv[r] = inv_rms(min(r0 + r, p.n_rows - 1u));
+    }
+#endif
     for (var kb = 0u; kb < p.k / 32u; kb = kb + 1u) {
+#if TEXTURE
+        // Groups interleaved in runs of 8 (tensor.rs interleave_groups): vec4 x of this group at base + x * 8.
+        let base = ((kb * (groups_per_kb / 8u) + blk / 8u) * V4) * 8u + blk % 8u;
+#else
         let base = (kb * groups_per_kb + blk) * V4;
-        let d = scales(w_at(base + QW * 4u), w_at(base + QW * 4u + 1u));
+#endif
+        let d = scales(w_at(base + (QW * 4u) * STEP), w_at(base + (QW * 4u + 1u) * STEP));
 #if Q4_1
-        let m = scales(w_at(base + QW * 4u + 2u), w_at(base + QW * 4u + 3u));
+        let m = scales(w_at(base + (QW * 4u + 2u) * STEP), w_at(base + (QW * 4u + 3u) * STEP));
 #else
         let m = d;
 #endif
 #if GLU
-        let du = scales(up_at(base + QW * 4u), up_at(base + QW * 4u + 1u));
+        let du = scales(up_at(base + (QW * 4u) * STEP), up_at(base + (QW * 4u + 1u) * STEP));
 #if Q4_1
-        let mu = scales(up_at(base + QW * 4u + 2u), up_at(base + QW * 4u + 3u));
+        let mu = scales(up_at(base + (QW * 4u + 2u) * STEP), up_at(base + (QW * 4u + 3u) * STEP));
 #else
         let mu = du;
 #endif
 #endif
         for (var j = 0u; j < QW; j = j + 1u) {
-            let q = array<vec4<u32>, 4>(w_at(base + j * 4u), w_at(base + j * 4u + 1u), w_at(base + j * 4u + 2u), w_at(base + j * 4u + 3u));
+            let q = array<vec4<u32>, 4>(w_at(base + (j * 4u) * STEP), w_at(base + (j * 4u + 1u) * STEP), w_at(base + (j * 4u + 2u) * STEP), w_at(base + (j * 4u + 3u) * STEP));
 #if GLU
-            let qu = array<vec4<u32>, 4>(up_at(base + j * 4u), up_at(base + j * 4u + 1u), up_at(base + j * 4u + 2u), up_at(base + j * 4u + 3u));
+            let qu = array<vec4<u32>, 4>(up_at(base + (j * 4u) * STEP), up_at(base + (j * 4u + 1u) * STEP), up_at(base + (j * 4u + 2u) * STEP), up_at(base + (j * 4u + 3u) * STEP));
 #endif
             for (var e = 0u; e < PER_WORD; e = e + 1u) {
                 let k = kb * 32u + j * PER_WORD + e;
@@ -175,7 +210,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
                 for (var r = 0u; r < ROWS; r = r + 1u) {
                     // Rows past n_rows re-read the last row; their results are never stored.
                     let row = min(r0 + r, p.n_rows - 1u);
+#if NORM
+                    let xv = vec4<f32>(x[p.x_offset + row * p.x_stride + k] * inv[r] * norm_w[k]);
+#else
                     let xv = vec4<f32>(x[p.x_offset + row * p.x_stride + k]);
+#endif
                     for (var c = 0u; c < 4u; c = c + 1u) {
                         acc[r * 4u + c] = fma(xv, wg[c], acc[r * 4u + c]);
 #if GLU

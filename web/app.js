@@ -122,6 +122,7 @@ function generateArgs() {
     ignoreEos: $('ignore-eos').checked,
     draft: mode !== 'plain',
     noHead: mode === 'backbone' && state.loaded.drafter_kind === 'domino',
+    draftLen: $('draft-len').value === 'auto' ? 'auto' : num('draft-len'),
   };
 }
 

@@ -4,7 +4,7 @@
 #   bash web/build.sh            # release build
 #
 # Toolchain: rustup's wasm32-unknown-unknown target when it is installed; otherwise Debian's rustc-web
-# (apt-get install rustc-web cargo-web rust-web-src rust-web-llvm lld-22) with -Zbuild-std (README). Installs the wasm-bindgen CLI pinned to the wasm-bindgen version in
+# (apt-get install rustc-web cargo-web rust-web-src rust-web-llvm lld-22) with -Zbuild-std (docs/browser.md). Installs the wasm-bindgen CLI pinned to the wasm-bindgen version in
 # Cargo.lock when it is missing (cargo install, without --locked). Builds into target/wasm so it never
 # waits on the native builds' lock of target/.
 set -euo pipefail

@@ -56,11 +56,17 @@ const MAX = 24;
 function native(model, ...extra) {
   return JSON.parse(domino('generate', '--model', join(models, model), '--prompt', PROMPT, '--max-tokens', String(MAX), '--ignore-eos', '--json', ...extra));
 }
+// Speculative modes verify whole blocks (4 drafts at block size 4), natively and in the page, so the
+// rounds' acceptance lengths can be compared; `auto` picks k from timings, which differ.
+const FULL_BLOCK = ['--draft-len', '4'];
+function nativeSpec(model, ...extra) {
+  return native(model, ...extra, ...FULL_BLOCK);
+}
 const ref = {
   plain: native('target'),
-  domino: native('target', '--draft', join(models, 'draft')),
-  backbone: native('target', '--draft', join(models, 'draft'), '--no-head'),
-  aa: native('aa-target', '--draft', join(models, 'aa-draft')),
+  domino: nativeSpec('target', '--draft', join(models, 'draft')),
+  backbone: nativeSpec('target', '--draft', join(models, 'draft'), '--no-head'),
+  aa: nativeSpec('aa-target', '--draft', join(models, 'aa-draft')),
 };
 // Greedy speculative decoding is lossless: the native modes agree with each other.
 assert.deepEqual(ref.domino.output_ids, ref.plain.output_ids, 'native domino vs plain');
@@ -122,6 +128,7 @@ try {
     await page.fill('#prompt', PROMPT);
     await page.fill('#max-tokens', String(MAX));
     await page.check('#ignore-eos');
+    await page.fill('#draft-len', '4');
     await page.click('#generate');
     await page.waitForFunction(() => ['done', 'failed'].includes(document.getElementById('summary').dataset.state), null, { timeout: 120000 });
     if ((await page.locator('#summary').getAttribute('data-state')) !== 'done') throw new Error(await page.locator('#error').textContent());

@@ -65,6 +65,9 @@ pub struct BenchArgs {
     /// prompts, need far less time with a small N.
     #[arg(long, requires = "draft")]
     pub split_prompts: Option<usize>,
+    /// Drafts verified per round: auto (adaptive) or a fixed number (as `generate --draft-len`).
+    #[arg(long, default_value = "auto", value_parser = domino_runtime::DraftLen::parse, requires = "draft")]
+    pub draft_len: domino_runtime::DraftLen,
 }
 
 /// The built-in prompt set (tokenized with the model's tokenizer).
@@ -168,6 +171,7 @@ struct Measured {
     decode: Vec<f64>,
     ttft: Vec<f64>,
     acceptance: Vec<usize>,
+    draft_lengths: Vec<usize>,
     draft: f64,
     verify: f64,
     head: f64,
@@ -191,6 +195,7 @@ fn mode_report(name: &str, m: &Measured, plain_tps: Option<f64>, weight_bytes: u
         time_to_first_token_s: median(&m.ttft),
         speedup_over_plain: plain_tps.map(|p| tps / p.max(1e-12)).unwrap_or(1.0),
         mean_acceptance,
+        mean_draft_length: if m.draft_lengths.is_empty() { 0.0 } else { m.draft_lengths.iter().sum::<usize>() as f64 / m.draft_lengths.len() as f64 },
         draft_seconds: m.draft,
         verify_seconds: m.verify,
         head_seconds: m.head,
@@ -222,7 +227,7 @@ fn bench_adapter(
     // Plain decoding: one warm-up run (pipelines, caches), then --runs runs per prompt.
     bar.set_message(format!("{label}: plain"));
     let mut session = Session::new(model, capacity)?;
-    let mut plain = Measured { prefill: vec![], decode: vec![], ttft: vec![], acceptance: vec![], draft: 0.0, verify: 0.0, head: 0.0, memory: target_memory(model, capacity) };
+    let mut plain = Measured { prefill: vec![], decode: vec![], ttft: vec![], acceptance: vec![], draft_lengths: vec![], draft: 0.0, verify: 0.0, head: 0.0, memory: target_memory(model, capacity) };
     pollster::block_on(session.generate(&prompts[0], &opts, &mut |_| true))?;
     bar.inc(1);
     for p in prompts {
@@ -251,11 +256,18 @@ fn bench_adapter(
         let mut spec = domino_runtime::SpeculativeSession::new(model, &drafter, spec_capacity)?;
         for (name, use_head) in modes {
             bar.set_message(format!("{label}: {name}"));
-            let mut m = Measured { prefill: vec![], decode: vec![], ttft: vec![], acceptance: vec![], draft: 0.0, verify: 0.0, head: 0.0, memory };
+            let mut m = Measured { prefill: vec![], decode: vec![], ttft: vec![], acceptance: vec![], draft_lengths: vec![], draft: 0.0, verify: 0.0, head: 0.0, memory };
             // Run 0 warms up; runs 1..=R per prompt measure throughput without timing syncs; one more
             // run per prompt measures the draft / verify / head split (its syncs would slow the
             // throughput runs).
-            let so = domino_runtime::SpeculativeOptions { use_head, timing: false };
+            let costs = match args.draft_len {
+                domino_runtime::DraftLen::Auto => {
+                    let key = crate::calibration::CalibrationKey::new(&gpu, dir, Path::new(draft), drafter.config.block_size, use_head, &args.dtype);
+                    Some(crate::calibration::round_costs(&mut spec, &key, true)?)
+                }
+                domino_runtime::DraftLen::Fixed(_) => None,
+            };
+            let so = domino_runtime::SpeculativeOptions { use_head, timing: false, draft_len: args.draft_len, costs: costs.clone() };
             pollster::block_on(spec.generate(&prompts[0], &opts, &so, &mut |_| true))?;
             bar.inc(1);
             let split_prompts = args.split_prompts.unwrap_or(prompts.len());
@@ -263,7 +275,7 @@ fn bench_adapter(
                 let runs = args.runs + usize::from(i < split_prompts);
                 for run in 1..=runs {
                     let timing = run == args.runs + 1;
-                    let so = domino_runtime::SpeculativeOptions { use_head, timing };
+                    let so = domino_runtime::SpeculativeOptions { use_head, timing, draft_len: args.draft_len, costs: costs.clone() };
                     let (g, st) = pollster::block_on(spec.generate(p, &opts, &so, &mut |_| true))?;
                     if timing {
                         m.draft += st.draft_seconds;
@@ -272,6 +284,7 @@ fn bench_adapter(
                     } else {
                         // Greedy rounds are deterministic: the timing run would count them twice.
                         m.acceptance.extend(&st.acceptance_lengths);
+                        m.draft_lengths.extend(&st.draft_lengths);
                         m.prefill.push(g.stats.prefill_tokens_per_s);
                         m.decode.push(g.stats.decode_tokens_per_s);
                         m.ttft.push(g.stats.time_to_first_token_s);
@@ -305,7 +318,7 @@ fn print_adapter(a: &AdapterReport, w: &Workload) {
     println!("copy bw        {:.2} GB/s (WGSL copy kernel, read + write)", a.copy_bandwidth_gb_s);
     for m in &a.modes {
         println!(
-            "{:<20} prefill {:.1} tok/s, decode {:.2} tok/s ({:.2}-{:.2}), TTFT {:.1} ms, {:.2}x plain, mean acceptance {:.2}",
+            "{:<20} prefill {:.1} tok/s, decode {:.2} tok/s ({:.2}-{:.2}), TTFT {:.1} ms, {:.2}x plain, mean acceptance {:.2}, mean draft length {:.2}",
             m.mode,
             m.prefill_tokens_per_s,
             m.decode_tokens_per_s,
@@ -313,7 +326,8 @@ fn print_adapter(a: &AdapterReport, w: &Workload) {
             m.decode_tokens_per_s_max,
             m.time_to_first_token_s * 1e3,
             m.speedup_over_plain,
-            m.mean_acceptance
+            m.mean_acceptance,
+            m.mean_draft_length
         );
         println!(
             "{:<20} weight bw {:.2} GB/s, roofline ratio {:.3} ({:.3} of the copy kernel's read rate), draft {:.3}s / verify {:.3}s, head {:.1}%, est. GPU memory {:.1} MiB",

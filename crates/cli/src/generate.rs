@@ -5,8 +5,10 @@ use crate::{model_dir, CliError};
 use clap::Args;
 use domino_engine::SamplingConfig;
 use domino_models::tokenizer::{ChatMessage, StreamDecoder};
-use domino_runtime::{GenerateOptions, Session, SpeculativeOptions, SpeculativeSession};
+use domino_runtime::{DraftLen, GenerateOptions, Session, SpeculativeOptions, SpeculativeSession};
+use crate::calibration::{self, CalibrationKey};
 use crate::load::load_drafter;
+use std::path::Path;
 use std::io::Write;
 
 #[derive(Debug, Args)]
@@ -68,6 +70,10 @@ pub struct GenerateArgs {
     /// Run a Domino drafter as its DFlash-style backbone only (ablation).
     #[arg(long, requires = "draft")]
     pub no_head: bool,
+    /// Drafts verified per round: auto (chosen each round from this adapter's measured costs and
+    /// the drafter's running acceptance; 0 = a plain step) or a fixed number.
+    #[arg(long, default_value = "auto", value_parser = DraftLen::parse)]
+    pub draft_len: DraftLen,
 }
 
 pub fn run(args: GenerateArgs) -> Result<(), CliError> {
@@ -124,7 +130,16 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         Some(draft) => {
             let drafter = load_drafter(&loaded.model, draft, args.block_size, drafter_format(format))?;
             let mut session = SpeculativeSession::new(&loaded.model, &drafter, capacity)?;
-            let spec = SpeculativeOptions { use_head: !args.no_head, timing: true };
+            session.validate(&prompt_ids, args.max_tokens)?;
+            let use_head = !args.no_head;
+            let costs = match args.draft_len {
+                DraftLen::Auto => {
+                    let key = CalibrationKey::new(&loaded.model.gpu, &dir, Path::new(draft), drafter.config.block_size, use_head, &args.dtype);
+                    Some(calibration::round_costs(&mut session, &key, args.json)?)
+                }
+                DraftLen::Fixed(_) => None,
+            };
+            let spec = SpeculativeOptions { use_head, timing: true, draft_len: args.draft_len, costs };
             let (g, s) = pollster::block_on(session.generate(&prompt_ids, &opts, &spec, &mut on_token))?;
             (g, Some(s))
         }
@@ -166,9 +181,10 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         );
         if let Some(sp) = &spec_stats {
             eprintln!(
-                "{} rounds, mean acceptance {:.2}, draft {:.3}s / verify {:.3}s, Domino head {:.1}% of round time",
+                "{} rounds, mean acceptance {:.2}, mean draft length {:.2}, draft {:.3}s / verify {:.3}s, Domino head {:.1}% of round time",
                 sp.rounds,
                 sp.mean_acceptance,
+                sp.mean_draft_length,
                 sp.draft_seconds,
                 sp.verify_seconds,
                 100.0 * sp.head_share

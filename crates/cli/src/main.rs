@@ -1,6 +1,7 @@
 //! The `domino` command-line tool.
 
 mod bench;
+mod calibration;
 mod devices;
 mod generate;
 mod load;
@@ -98,6 +99,9 @@ struct RandomModelArgs {
     intermediate: usize,
     #[arg(long, default_value_t = 384)]
     vocab: usize,
+    /// max_position_embeddings (Qwen3's 40960 by default, so long-context plans and runs fit).
+    #[arg(long, default_value_t = 40960)]
+    max_position: usize,
     #[arg(long)]
     tied: bool,
     #[arg(long, default_value_t = 7)]
@@ -133,6 +137,7 @@ fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
         head_dim: a.head_dim,
         intermediate: a.intermediate,
         vocab: a.vocab,
+        max_position: a.max_position,
         tied: a.tied,
         seed: a.seed,
         dtype: HostDType::BF16,

@@ -142,6 +142,9 @@ pub struct ModeReport {
     pub speedup_over_plain: f64,
     /// Mean tokens committed per round (1 for plain decoding).
     pub mean_acceptance: f64,
+    /// Mean drafts verified per round (`--draft-len`; 0 for plain decoding). Absent in older reports.
+    #[serde(default)]
+    pub mean_draft_length: f64,
     /// Totals over the timing runs (one per prompt); 0 for plain decoding.
     pub draft_seconds: f64,
     pub verify_seconds: f64,

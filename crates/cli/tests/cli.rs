@@ -46,8 +46,13 @@ fn json_output_matches_the_cpu_reference() {
     let config = Qwen3Config::from_file(&dir.path().join("config.json")).unwrap();
     let reference = ReferenceModel::load(config, &Checkpoint::open(dir.path()).unwrap(), false).unwrap();
     let want = reference.greedy(&[10, 20, 30, 40], 24);
-    for backend in ["vulkan", "gl"] {
-        let v = json_generate(dir.path(), &["--prompt-ids", "10,20,30,40", "--max-tokens", "24", "--ignore-eos", "--dtype", "f32", "--backend", backend]);
+    for (backend, kernels) in [("vulkan", "auto"), ("gl", "auto"), ("vulkan", "gpu"), ("gl", "gpu")] {
+        let backend_kernels = format!("{backend} --kernels {kernels}");
+        let backend = backend_kernels.as_str();
+        let args = ["--prompt-ids", "10,20,30,40", "--max-tokens", "24", "--ignore-eos", "--dtype", "f32", "--backend"];
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend(backend.split(' '));
+        let v = json_generate(dir.path(), &args);
         assert_eq!(v["prompt_ids"], serde_json::json!([10, 20, 30, 40]));
         let got: Vec<u32> = serde_json::from_value(v["output_ids"].clone()).unwrap();
         assert_eq!(got, want, "{backend}");
@@ -205,7 +210,7 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
     write_tiny_drafter(&d, &spec, &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 4, ..TinyDrafterSpec::default() }).unwrap();
     let common = ["--prompt-ids", "5,6,7,8", "--max-tokens", "19", "--ignore-eos"];
     let plain = json_generate(dir.path(), &common);
-    for extra in [vec![], vec!["--no-head"], vec!["--block-size", "3"]] {
+    for extra in [vec![], vec!["--no-head"], vec!["--block-size", "3"], vec!["--draft-len", "0"], vec!["--draft-len", "2"], vec!["--draft-len", "auto", "--no-head"]] {
         let mut args = common.to_vec();
         args.extend(["--draft", d.to_str().unwrap()]);
         args.extend(extra.iter().copied());
@@ -214,7 +219,13 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
         let lengths: Vec<usize> = serde_json::from_value(v["stats"]["acceptance_lengths"].clone()).unwrap();
         assert_eq!(v["stats"]["rounds"].as_u64().unwrap() as usize, lengths.len());
         assert!(v["stats"]["mean_acceptance"].as_f64().unwrap() >= 1.0);
-        for key in ["draft_seconds", "verify_seconds", "head_share"] {
+        let ks: Vec<usize> = serde_json::from_value(v["stats"]["draft_lengths"].clone()).unwrap();
+        assert_eq!(ks.len(), lengths.len(), "{extra:?}: one draft length per round");
+        if let Some(i) = extra.iter().position(|a| *a == "--draft-len").filter(|&i| extra[i + 1] != "auto") {
+            let k: usize = extra[i + 1].parse().unwrap();
+            assert!(ks.iter().all(|&d| d == k), "{extra:?}: {ks:?}");
+        }
+        for key in ["draft_seconds", "verify_seconds", "head_share", "mean_draft_length"] {
             assert!(v["stats"][key].as_f64().unwrap().is_finite(), "{key}");
         }
     }
@@ -227,4 +238,83 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
     assert!(e.contains("96") && e.contains("64"), "{e}");
     let e = expect_error(&["generate", "--model", m, "--draft", d.to_str().unwrap(), "--block-size", "0", "--prompt-ids", "1,2"]);
     assert!(e.contains("block_size"), "{e}");
+    let out = domino(&["generate", "--model", m, "--draft", d.to_str().unwrap(), "--draft-len", "many", "--prompt-ids", "1,2"]);
+    assert_eq!(out.status.code(), Some(2), "clap rejects a bad --draft-len");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("draft-len"));
+}
+
+fn plan_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["plan", "--json"];
+    all.extend_from_slice(args);
+    let out = domino(&all);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap()
+}
+
+#[test]
+fn plan_lists_every_dispatch_of_the_recorded_step() {
+    let spec = TinySpec::default();
+    let dir = tiny(&spec);
+    let model = dir.path().to_str().unwrap();
+    for kernels in ["cpu", "gpu"] {
+        for rows in [1u64, 17] {
+            let rows_arg = rows.to_string();
+            let v = plan_json(&["--model", model, "--kernels", kernels, "--rows", &rows_arg, "--context", "40", "--backend", "vulkan"]);
+            assert_eq!(v["kernels"], kernels);
+            assert_eq!((v["rows"].as_u64(), v["context"].as_u64(), v["submissions"].as_u64()), (Some(rows), Some(40), Some(1)));
+            let dispatches = v["dispatches"].as_array().unwrap();
+            for d in dispatches {
+                for key in ["kernel", "variant", "label", "workgroup_size", "workgroups", "invocations", "weight_bytes"] {
+                    assert!(!d[key].is_null(), "{kernels}: {key} missing in {d}");
+                }
+                let product = |k: &str| d[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).product::<u64>();
+                assert_eq!(d["invocations"].as_u64().unwrap(), product("workgroup_size") * product("workgroups"), "{d}");
+            }
+            // Per layer: q/k/v (RMSNorm folded in), rope, attention (two passes in the GPU family, one
+            // in the CPU family), o_proj + residual, gate/up (norm folded), down + residual. The CPU
+            // family's multi-row passes run their two RMSNorms as passes of their own.
+            let per_layer = dispatches.iter().filter(|d| d["label"].as_str().unwrap().starts_with("layer 0 ")).count();
+            let want = match (kernels, rows) {
+                ("gpu", _) => 7,
+                (_, 1) => 6,
+                _ => 8,
+            };
+            assert_eq!(per_layer, want, "{kernels} rows={rows}");
+            // Every weight matrix is read exactly once per pass of up to 8 rows.
+            let weights: u64 = dispatches.iter().map(|d| d["weight_bytes"].as_u64().unwrap()).sum();
+            assert!(weights > 0);
+        }
+    }
+}
+
+/// Issue 13's shape check: with Qwen3-8B's layer shapes, every decode matmul of the GPU family offers a
+/// GPU at least 256 workgroups and 16384 invocations, and decode attention at 4096 keys 256 workgroups.
+/// One layer (the check is per layer; the README's script writes two).
+#[test]
+fn gpu_kernels_offer_the_parallelism_of_a_gpu_at_qwen3_8b_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m");
+    let m = model.to_str().unwrap();
+    let out = domino(&[
+        "random-model", "--out", m, "--hidden", "4096", "--layers", "1", "--heads", "32", "--kv-heads", "8", "--head-dim", "128",
+        "--intermediate", "12288", "--vocab", "16384",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = plan_json(&["--model", m, "--kernels", "gpu", "--context", "4096", "--backend", "vulkan"]);
+    let dispatches = v["dispatches"].as_array().unwrap();
+    let groups = |d: &serde_json::Value| d["workgroups"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).product::<u64>();
+    let mut matmuls = 0;
+    for d in dispatches {
+        let (kernel, label) = (d["kernel"].as_str().unwrap(), d["label"].as_str().unwrap());
+        if kernel.starts_with("matmul") {
+            matmuls += 1;
+            assert!(groups(d) >= 256, "{label}: {} workgroups", groups(d));
+            assert!(d["invocations"].as_u64().unwrap() >= 16384, "{label}: {} invocations", d["invocations"]);
+        }
+        if kernel == "attention" && d["variant"].as_str().unwrap().starts_with("partial") {
+            assert!(groups(d) >= 256, "attention: {} workgroups", groups(d));
+        }
+    }
+    // q/k/v, o_proj, gate/up, down and the lm_head.
+    assert_eq!(matmuls, 5);
 }

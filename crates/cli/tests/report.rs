@@ -35,6 +35,7 @@ fn mode(name: &str, tps: f64, plain: f64) -> ModeReport {
         time_to_first_token_s: 0.012,
         speedup_over_plain: tps / plain,
         mean_acceptance: if name == "plain" { 1.0 } else { 3.5 },
+        mean_draft_length: if name == "plain" { 0.0 } else { 3.0 },
         draft_seconds: 0.1,
         verify_seconds: 0.2,
         head_seconds: 0.03,
@@ -212,7 +213,8 @@ fn bench_on_every_software_adapter() {
     let json = dir.path().join("bench.json");
     let html = dir.path().join("bench.html");
     let (m, d, j, h) = (model.to_str().unwrap(), draft.to_str().unwrap(), json.to_str().unwrap(), html.to_str().unwrap());
-    let out = domino(&["bench", "--model", m, "--draft", d, "--backend", "all", "--runs", "1", "--max-tokens", "6", "--json", j, "--html", h]);
+    // Whole blocks (4 drafts) every round, so every mode's phases run and are timed.
+    let out = domino(&["bench", "--model", m, "--draft", d, "--draft-len", "4", "--backend", "all", "--runs", "1", "--max-tokens", "6", "--json", j, "--html", h]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let r = report::load(&json).unwrap();
@@ -261,8 +263,10 @@ fn bench_on_every_software_adapter() {
             if m.mode == "plain" {
                 assert_eq!(m.mean_acceptance, 1.0);
                 assert_eq!(m.head_share, 0.0);
+                assert_eq!(m.mean_draft_length, 0.0);
             } else {
                 assert!(m.draft_seconds > 0.0 && m.verify_seconds > 0.0, "{ctx}");
+                assert_eq!(m.mean_draft_length, 4.0, "{ctx}");
             }
             if m.mode == "domino" {
                 assert!(m.head_share > 0.0 && m.head_seconds > 0.0, "{ctx}");

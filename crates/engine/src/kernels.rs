@@ -12,20 +12,36 @@ use std::sync::Arc;
 
 use Access::{Read as R, ReadWrite as W, Texture as T};
 
-const MATMUL: KernelSpec = KernelSpec { name: "matmul", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
-const MATMUL_GLU: KernelSpec =
-    KernelSpec { name: "matmul_glu", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
-const MATMUL_TEX: KernelSpec = KernelSpec { name: "matmul", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, T), (3, W)] };
-const MATMUL_GLU_TEX: KernelSpec =
-    KernelSpec { name: "matmul_glu", source: shader::MATMUL, entry: "main", bindings: &[(1, R), (2, T), (3, T), (4, W)] };
-const MATMUL_QUANT_TEX: KernelSpec =
-    KernelSpec { name: "matmul_quant", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, T), (3, W)] };
-const MATMUL_QUANT_GLU_TEX: KernelSpec =
-    KernelSpec { name: "matmul_quant_glu", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, T), (3, T), (4, W)] };
-const MATMUL_QUANT: KernelSpec =
-    KernelSpec { name: "matmul_quant", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
-const MATMUL_QUANT_GLU: KernelSpec =
-    KernelSpec { name: "matmul_quant_glu", source: shader::MATMUL_QUANT, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
+/// The CPU family's matmul entries (matmul.wgsl for f32/f16, matmul_quant.wgsl for blocks), indexed by
+/// `cpu_matmul_spec`: weights in buffers or textures, GLU or not, RMSNorm folded in or not. Bindings:
+/// x, w, (w_up), y, then (NORM) the norm weights at 5.
+macro_rules! cpu_matmul {
+    ($name:literal, $src:expr, $w:expr, $($b:expr),*) => {
+        KernelSpec { name: $name, source: $src, entry: "main", bindings: &[(1, R), (2, $w), $($b),*] }
+    };
+}
+static CPU_MATMUL: [KernelSpec; 16] = [
+    cpu_matmul!("matmul", shader::MATMUL, R, (3, W)),
+    cpu_matmul!("matmul", shader::MATMUL, R, (3, W), (5, R)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, R, (3, R), (4, W)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, R, (3, R), (4, W), (5, R)),
+    cpu_matmul!("matmul", shader::MATMUL, T, (3, W)),
+    cpu_matmul!("matmul", shader::MATMUL, T, (3, W), (5, R)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, T, (3, T), (4, W)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, T, (3, T), (4, W), (5, R)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, R, (3, W)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, R, (3, W), (5, R)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, R, (3, R), (4, W)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, R, (3, R), (4, W), (5, R)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, T, (3, W)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, T, (3, W), (5, R)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, T, (3, T), (4, W)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, T, (3, T), (4, W), (5, R)),
+];
+
+fn cpu_matmul_spec(quant: bool, texture: bool, glu: bool, norm: bool) -> &'static KernelSpec {
+    &CPU_MATMUL[(quant as usize) << 3 | (texture as usize) << 2 | (glu as usize) << 1 | norm as usize]
+}
 const MATMUL_GPU: KernelSpec = KernelSpec { name: "matmul_gpu", source: shader::MATMUL_GPU, entry: "main", bindings: &[(1, R), (2, R), (5, W)] };
 const MATMUL_GPU_NORM: KernelSpec =
     KernelSpec { name: "matmul_gpu", source: shader::MATMUL_GPU, entry: "main", bindings: &[(1, R), (2, R), (4, R), (5, W)] };
@@ -42,6 +58,12 @@ const ATTN_PARTIAL: KernelSpec = KernelSpec {
     source: shader::ATTENTION,
     entry: "partial",
     bindings: &[(1, R), (2, R), (3, R), (4, W), (5, W)],
+};
+const ATTN_FUSED: KernelSpec = KernelSpec {
+    name: "attention",
+    source: shader::ATTENTION,
+    entry: "fused",
+    bindings: &[(1, R), (2, R), (3, R), (4, W), (5, W), (6, W)],
 };
 const ATTN_COMBINE: KernelSpec =
     KernelSpec { name: "attention", source: shader::ATTENTION, entry: "combine", bindings: &[(4, R), (5, R), (6, W)] };
@@ -136,7 +158,8 @@ struct MatmulParams {
     cols: u32,
     wcols: u32,
     accumulate: u32,
-    _pad: [u32; 2],
+    eps: f32,
+    _pad: u32,
 }
 
 /// How a matmul writes its result.
@@ -147,25 +170,17 @@ pub enum Epilogue {
     Accumulate,
 }
 
-/// The matmul pipeline for `w`: matmul.wgsl for f32/f16 (buffer or texture), matmul_quant.wgsl for blocks.
-fn matmul_pipeline(gpu: &Gpu, w: &Matrix, x: &Rows, n_rows: u32, glu: bool) -> Result<Arc<Pipeline>> {
+/// The CPU family's matmul pipeline for `w`, with the RMSNorm folded in when `norm`.
+fn matmul_pipeline(gpu: &Gpu, w: &Matrix, x: &Rows, n_rows: u32, glu: bool, norm: bool) -> Result<Arc<Pipeline>> {
     let rows = if n_rows == 1 { 1 } else { MATMUL_ROWS };
-    let spec = match (w.format, glu, w.on_texture()) {
-        (WeightFormat::Quant(_), false, false) => &MATMUL_QUANT,
-        (WeightFormat::Quant(_), true, false) => &MATMUL_QUANT_GLU,
-        (WeightFormat::Quant(_), false, true) => &MATMUL_QUANT_TEX,
-        (WeightFormat::Quant(_), true, true) => &MATMUL_QUANT_GLU_TEX,
-        (_, false, false) => &MATMUL,
-        (_, true, false) => &MATMUL_GLU,
-        (_, false, true) => &MATMUL_TEX,
-        (_, true, true) => &MATMUL_GLU_TEX,
-    };
+    let quant = matches!(w.format, WeightFormat::Quant(_));
+    let spec = cpu_matmul_spec(quant, w.on_texture(), glu, norm);
     // Float kernels read x four inputs at a time where its layout allows (the same sums either way).
-    let x4 = !matches!(w.format, WeightFormat::Quant(_)) && w.k % 4 == 0 && x.offset % 4 == 0 && (n_rows == 1 || x.stride % 4 == 0);
-    gpu.pipeline(spec, &matrix_defines(gpu, w).flag_if("GLU", glu).flag_if("X4", x4).value("ROWS", rows))
+    let x4 = !quant && w.k % 4 == 0 && x.offset % 4 == 0 && (n_rows == 1 || x.stride % 4 == 0);
+    gpu.pipeline(spec, &matrix_defines(gpu, w).flag_if("GLU", glu).flag_if("NORM", norm).flag_if("X4", x4).value("ROWS", rows).value("WG", MATMUL_WG))
 }
 
-fn matmul_params(k: usize, c: &MatrixChunk, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> MatmulParams {
+fn matmul_params(k: usize, c: &MatrixChunk, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue, eps: f32) -> MatmulParams {
     MatmulParams {
         k: k as u32,
         n_rows,
@@ -177,7 +192,8 @@ fn matmul_params(k: usize, c: &MatrixChunk, x: &Rows, y: &Rows, n_rows: u32, epi
         cols: c.cols,
         wcols: c.wcols,
         accumulate: (epilogue == Epilogue::Accumulate) as u32,
-        _pad: [0; 2],
+        eps,
+        _pad: 0,
     }
 }
 
@@ -186,13 +202,15 @@ fn matmul_groups(c: &MatrixChunk, n_rows: u32) -> [u32; 3] {
     [c.cols.div_ceil(MATMUL_COLS).div_ceil(MATMUL_WG), n_rows.div_ceil(rows_per), 1]
 }
 
-/// The RMSNorm applied to a matmul's input: folded into the GPU family's matmul (each workgroup
-/// recomputes the row's scale in a fixed order), or a separate rmsnorm into `scratch` (CPU family).
+/// The RMSNorm applied to a matmul's input, folded into the matmul where that is cheaper than a
+/// dispatch of its own: each workgroup (GPU family) or decode invocation (CPU family) recomputes the
+/// row's scale in a fixed order. The CPU family's multi-row passes run a separate rmsnorm into
+/// `scratch` instead: there every invocation would recompute ROWS scales from per-lane gathers of x,
+/// which cost llvmpipe more than the pass (prefill measured about 20% slower folded).
 #[derive(Debug, Clone)]
 pub struct NormInput<'a> {
     pub weight: &'a Arc<GpuBuffer>,
     pub eps: f32,
-    /// Where the CPU family writes the normalised rows (the GPU family never touches it).
     pub scratch: Rows<'a>,
 }
 
@@ -276,14 +294,16 @@ fn matmul_gpu(step: &mut Step, w: &Matrix, up: Option<&Matrix>, norm: Option<&No
     Ok(())
 }
 
-/// y[r, :] (+)= rmsnorm(x[r, :]) · Wᵀ: the norm folded into the GPU family's matmul, or a separate
-/// rmsnorm pass into `norm.scratch` followed by the matmul (CPU family).
+/// y[r, :] (+)= rmsnorm(x[r, :]) · Wᵀ, the norm folded into the matmul.
 pub fn matmul_normed(step: &mut Step, w: &Matrix, norm: &NormInput, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
     if w.row_major {
         return matmul_gpu(step, w, None, Some(norm), x, y, n_rows, epilogue);
     }
-    rmsnorm(step, norm.weight, w.k as u32, norm.eps, x, &norm.scratch, n_rows)?;
-    matmul(step, w, &norm.scratch, y, n_rows, epilogue)
+    if n_rows > 1 {
+        rmsnorm(step, norm.weight, w.k as u32, norm.eps, x, &norm.scratch, n_rows)?;
+        return matmul_cpu(step, w, None, None, &norm.scratch, y, n_rows, epilogue);
+    }
+    matmul_cpu(step, w, None, Some(norm), x, y, n_rows, epilogue)
 }
 
 /// y = silu(rmsnorm(x)·Wgᵀ) * (rmsnorm(x)·Wuᵀ), the norm folded in as for `matmul_normed`.
@@ -292,8 +312,12 @@ pub fn matmul_glu_normed(step: &mut Step, gate: &Matrix, up: &Matrix, norm: &Nor
         check_glu_pair(gate, up)?;
         return matmul_gpu(step, gate, Some(up), Some(norm), x, y, n_rows, Epilogue::Store);
     }
-    rmsnorm(step, norm.weight, gate.k as u32, norm.eps, x, &norm.scratch, n_rows)?;
-    matmul_glu(step, gate, up, &norm.scratch, y, n_rows)
+    check_glu_pair(gate, up)?;
+    if n_rows > 1 {
+        rmsnorm(step, norm.weight, gate.k as u32, norm.eps, x, &norm.scratch, n_rows)?;
+        return matmul_cpu(step, gate, Some(up), None, &norm.scratch, y, n_rows, Epilogue::Store);
+    }
+    matmul_cpu(step, gate, Some(up), Some(norm), x, y, n_rows, Epilogue::Store)
 }
 
 fn check_glu_pair(gate: &Matrix, up: &Matrix) -> Result<()> {
@@ -311,13 +335,7 @@ pub fn matmul(step: &mut Step, w: &Matrix, x: &Rows, y: &Rows, n_rows: u32, epil
     if w.row_major {
         return matmul_gpu(step, w, None, None, x, y, n_rows, epilogue);
     }
-    let p = matmul_pipeline(step.gpu(), w, x, n_rows, false)?;
-    for c in &w.chunks {
-        let params = matmul_params(w.k, c, x, y, n_rows, epilogue);
-        let resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone(), Resource::Buffer(y.buf.clone())];
-        step.dispatch_weights(&p, &params, resources, matmul_groups(c, n_rows), c.storage.bytes());
-    }
-    Ok(())
+    matmul_cpu(step, w, None, None, x, y, n_rows, epilogue)
 }
 
 /// y = silu(x·Wgᵀ) * (x·Wuᵀ): the SiLU-gated MLP's first half in one pass over both weights.
@@ -326,11 +344,27 @@ pub fn matmul_glu(step: &mut Step, gate: &Matrix, up: &Matrix, x: &Rows, y: &Row
     if gate.row_major {
         return matmul_gpu(step, gate, Some(up), None, x, y, n_rows, Epilogue::Store);
     }
-    let p = matmul_pipeline(step.gpu(), gate, x, n_rows, true)?;
-    for (c, u) in gate.chunks.iter().zip(&up.chunks) {
-        let params = matmul_params(gate.k, c, x, y, n_rows, Epilogue::Store);
-        let resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone(), u.storage.clone(), Resource::Buffer(y.buf.clone())];
-        step.dispatch_weights(&p, &params, resources, matmul_groups(c, n_rows), c.storage.bytes() + u.storage.bytes());
+    matmul_cpu(step, gate, Some(up), None, x, y, n_rows, Epilogue::Store)
+}
+
+/// The CPU family's matmul (matmul.wgsl / matmul_quant.wgsl) over the chunks of `w` (and `up` for
+/// the GLU), with the RMSNorm folded in when `norm` is given.
+#[allow(clippy::too_many_arguments)]
+fn matmul_cpu(step: &mut Step, w: &Matrix, up: Option<&Matrix>, norm: Option<&NormInput>, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
+    let p = matmul_pipeline(step.gpu(), w, x, n_rows, up.is_some(), norm.is_some())?;
+    for (i, c) in w.chunks.iter().enumerate() {
+        let params = matmul_params(w.k, c, x, y, n_rows, epilogue, norm.map(|n| n.eps).unwrap_or(0.0));
+        let mut resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone()];
+        let mut bytes = c.storage.bytes();
+        if let Some(u) = up {
+            resources.push(u.chunks[i].storage.clone());
+            bytes += u.chunks[i].storage.bytes();
+        }
+        resources.push(Resource::Buffer(y.buf.clone()));
+        if let Some(n) = norm {
+            resources.push(Resource::Buffer(n.weight.clone()));
+        }
+        step.dispatch_weights(&p, &params, resources, matmul_groups(c, n_rows), bytes);
     }
     Ok(())
 }
@@ -351,7 +385,10 @@ struct RmsNormParams {
 /// y[r] = rmsnorm(x[r]) * w over `n` channels.
 pub fn rmsnorm(step: &mut Step, w: &Arc<GpuBuffer>, n: u32, eps: f32, x: &Rows, y: &Rows, n_rows: u32) -> Result<()> {
     let gpu = step.gpu();
-    let p = gpu.pipeline(&RMSNORM, &Defines::default().flag_if("SUBGROUP", gpu.caps.subgroup))?;
+    // The CPU family folds the norm into its decode matmuls with the workgroup tree's order, so its
+    // separate pass (multi-row) must use that tree too: a decode row and a verify row then agree.
+    let subgroup = gpu.caps.subgroup && gpu.caps.gpu_kernels;
+    let p = gpu.pipeline(&RMSNORM, &Defines::default().flag_if("SUBGROUP", subgroup))?;
     let params = RmsNormParams { n, n_rows, x_offset: x.offset, x_stride: x.stride, y_offset: y.offset, y_stride: y.stride, eps, _pad: 0 };
     let groups = if n_rows <= 65535 { [n_rows, 1, 1] } else { [65535, n_rows.div_ceil(65535), 1] };
     step.dispatch(&p, &params, &[x.buf, w, y.buf], groups);
@@ -555,8 +592,14 @@ pub fn attention(
     let wg = if gpu.caps.cpu && !gpu.caps.gpu_kernels { 8 } else { 64 };
     let coop = gpu.caps.gpu_kernels;
     let v4 = shape.head_dim % 4 == 0 && q.offset % 4 == 0 && q.stride % 4 == 0;
-    let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL").flag_if("COOP", coop).flag_if("V4", v4).value("WG", wg))?;
-    let combine = gpu.pipeline(&ATTN_COMBINE, &Defines::default().value("WG", wg))?;
+    // CPU family: partial and combine in one dispatch (one invocation per (row, head), same bits).
+    let fused = gpu.caps.cpu && !gpu.caps.gpu_kernels;
+    let (partial, combine) = if fused {
+        (gpu.pipeline(&ATTN_FUSED, &Defines::default().flag("FUSED").flag_if("V4", v4).value("WG", wg))?, None)
+    } else {
+        let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL").flag_if("COOP", coop).flag_if("V4", v4).value("WG", wg))?;
+        (partial, Some(gpu.pipeline(&ATTN_COMBINE, &Defines::default().value("WG", wg))?))
+    };
     let max_visible = if causal { kv_len + n_rows } else { kv_len };
     let n_chunks = max_visible.div_ceil(ATTENTION_CHUNK).max(1);
     if n_chunks > scratch.max_chunks {
@@ -583,13 +626,18 @@ pub fn attention(
             out_offset: out.offset + r0 * out.stride,
             out_stride: out.stride,
         };
-        step.dispatch(
-            &partial,
-            &params,
-            &[q.buf, k_cache, v_cache, &scratch.part, &scratch.stats],
-            if coop { flat_groups(rows * shape.n_heads * n_chunks, 1) } else { flat_groups(rows * shape.n_heads * n_chunks, wg) },
-        );
-        step.dispatch(&combine, &params, &[&scratch.part, &scratch.stats, out.buf], flat_groups(rows * shape.n_heads * shape.head_dim, wg));
+        match &combine {
+            None => step.dispatch(&partial, &params, &[q.buf, k_cache, v_cache, &scratch.part, &scratch.stats, out.buf], flat_groups(rows * shape.n_heads, wg)),
+            Some(combine) => {
+                step.dispatch(
+                    &partial,
+                    &params,
+                    &[q.buf, k_cache, v_cache, &scratch.part, &scratch.stats],
+                    if coop { flat_groups(rows * shape.n_heads * n_chunks, 1) } else { flat_groups(rows * shape.n_heads * n_chunks, wg) },
+                );
+                step.dispatch(combine, &params, &[&scratch.part, &scratch.stats, out.buf], flat_groups(rows * shape.n_heads * shape.head_dim, wg));
+            }
+        }
         r0 += rows;
     }
     Ok(())

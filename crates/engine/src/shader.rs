@@ -1,6 +1,7 @@
 //! WGSL sources and the tiny preprocessor that specialises them per adapter.
 //!
-//! Directives (alone on a line): `#if NAME`, `#if !NAME`, `#elif NAME`, `#else`, `#endif`.
+//! Directives (alone on a line): `#if NAME`, `#if !NAME`, `#if A || B`, `#elif NAME`, `#else`, `#endif`,
+//! and `#include NAME` (a shared piece from `INCLUDES`, pasted as is: it holds no directives).
 //! `{{NAME}}` is replaced by a value. Variants are chosen from what the device granted
 //! (shader-f16, subgroups) when a pipeline is created, so one source serves every adapter.
 
@@ -9,6 +10,8 @@ use std::collections::BTreeMap;
 
 pub const MATMUL: &str = include_str!("../../../shaders/matmul.wgsl");
 pub const MATMUL_QUANT: &str = include_str!("../../../shaders/matmul_quant.wgsl");
+/// Shared pieces that kernels pull in with `#include NAME`.
+const INCLUDES: &[(&str, &str)] = &[("rms_scale.wgsl", include_str!("../../../shaders/rms_scale.wgsl"))];
 pub const RMSNORM: &str = include_str!("../../../shaders/rmsnorm.wgsl");
 pub const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
 pub const ATTENTION: &str = include_str!("../../../shaders/attention.wgsl");
@@ -92,12 +95,15 @@ pub fn preprocess(name: &str, source: &str, defines: &Defines) -> Result<String>
     if defines.has("F16") {
         out.push_str("enable f16;\n");
     }
+    // A condition is `NAME`, `!NAME`, or alternatives joined by `||`.
     let test = |cond: &str| -> bool {
-        let cond = cond.trim();
-        match cond.strip_prefix('!') {
-            Some(n) => !defines.has(n.trim()),
-            None => defines.has(cond),
-        }
+        cond.split("||").any(|term| {
+            let term = term.trim();
+            match term.strip_prefix('!') {
+                Some(n) => !defines.has(n.trim()),
+                None => defines.has(term),
+            }
+        })
     };
     for (i, line) in source.lines().enumerate() {
         let t = line.trim_start();
@@ -116,6 +122,11 @@ pub fn preprocess(name: &str, source: &str, defines: &Defines) -> Result<String>
             top.1 = true;
         } else if t.starts_with("#endif") {
             stack.pop().ok_or_else(|| err(i, "#endif without #if"))?;
+        } else if let Some(file) = t.strip_prefix("#include ") {
+            if active {
+                let (_, text) = INCLUDES.iter().find(|(n, _)| *n == file.trim()).ok_or_else(|| err(i, &format!("#include of unknown file {}", file.trim())))?;
+                out.push_str(text);
+            }
         } else if active {
             out.push_str(line);
             out.push('\n');
@@ -147,6 +158,11 @@ mod tests {
         assert_eq!(y, "a\nc\ne3\n");
         let none = preprocess("t", src, &Defines::default().value("N", 1)).unwrap();
         assert_eq!(none, "a\nd\ne1\n");
+        assert!(preprocess("t", "#include rms_scale.wgsl\n", &Defines::default()).unwrap().contains("fn inv_rms"));
+        assert!(preprocess("t", "#include nothing.wgsl\n", &Defines::default()).is_err());
+        let either = "#if X || Y\nxy\n#endif\n";
+        assert_eq!(preprocess("t", either, &Defines::default().flag("Y")).unwrap(), "xy\n");
+        assert_eq!(preprocess("t", either, &Defines::default()).unwrap(), "");
         assert!(preprocess("t", "#if X\n", &Defines::default()).is_err());
         assert!(preprocess("t", "{{Q}}", &Defines::default()).is_err());
     }

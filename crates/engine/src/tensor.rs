@@ -365,6 +365,18 @@ impl Matrix {
                 adapter: gpu.info.name.clone(),
             });
         }
+        // Weight textures interleave groups in runs of 8 (see `interleave_groups`).
+        let run = if gpu.caps.weight_textures { TEXTURE_GROUP_RUN } else { 1 };
+        let max_groups = max_groups / run as u64 * run as u64;
+        if max_groups == 0 {
+            return Err(EngineError::LimitTooSmall {
+                what: format!("{} columns of tensor '{}' ({k} inputs, {}) in one weight texture", run * GROUP_COLS, host.name, q.name()),
+                needed: (run * kb) as u64 * group_bytes,
+                limit: capacity,
+                limit_name: "max_texture_dimension_2d",
+                adapter: gpu.info.name.clone(),
+            });
+        }
         let max_cols = max_groups as usize * GROUP_COLS;
         let same = host.dtype == HostDType::Quant(q);
         let bb = q.block_bytes();
@@ -374,7 +386,7 @@ impl Matrix {
         let mut block = vec![0u8; bb];
         while col0 < n {
             let cols = (n - col0).min(max_cols);
-            let groups = cols.div_ceil(GROUP_COLS);
+            let groups = cols.div_ceil(GROUP_COLS).div_ceil(run) * run;
             let wcols = groups * GROUP_COLS;
             let label = format!("{}[{col0}..]", host.name);
             let mut sink = if gpu.caps.weight_textures {
@@ -402,6 +414,9 @@ impl Matrix {
                         let at = ((b - b0) * groups + g) * words;
                         q.pack_gpu(src, cc, &mut out[at..at + words]);
                     }
+                }
+                if gpu.caps.weight_textures {
+                    out = interleave_groups(&out, groups, words);
                 }
                 sink.write(gpu, (b0 * groups * words) as u64, &out);
                 progress(host.dtype.bytes_for(nb * QK * cols) as u64);
@@ -499,4 +514,27 @@ pub fn upload_vector(gpu: &Gpu, host: &HostTensor) -> Result<Arc<GpuBuffer>> {
     let buf = gpu.binding_buffer(host.name, (v.len() * 4) as u64)?;
     gpu.write(&buf, 0, &v);
     Ok(buf)
+}
+
+/// Quantized groups per run in weight textures: llvmpipe's SIMD width (8 invocations, one group each).
+pub const TEXTURE_GROUP_RUN: usize = 8;
+
+/// The weight-texture order of quantized groups: within each block-row (`groups` groups of `words`
+/// u32, `groups` a multiple of 8), texel t of group g moves to `((g / 8) * texels + t) * 8 + g % 8`.
+/// Eight neighbouring invocations (one group each) then read eight neighbouring texels at every step,
+/// one contiguous 128-byte run, where the buffer order has them `words * 4` bytes apart (llvmpipe
+/// fetches a run with few cache lines; matmul_quant.wgsl and embedding.wgsl read this order).
+pub fn interleave_groups(rows: &[u32], groups: usize, words: usize) -> Vec<u32> {
+    let texels = words / 4;
+    let mut out = vec![0u32; rows.len()];
+    for (r, row) in rows.chunks_exact(groups * words).enumerate() {
+        let dst = &mut out[r * groups * words..(r + 1) * groups * words];
+        for g in 0..groups {
+            for t in 0..texels {
+                let at = ((g / TEXTURE_GROUP_RUN * texels + t) * TEXTURE_GROUP_RUN + g % TEXTURE_GROUP_RUN) * 4;
+                dst[at..at + 4].copy_from_slice(&row[(g * texels + t) * 4..(g * texels + t) * 4 + 4]);
+            }
+        }
+    }
+    out
 }

@@ -393,3 +393,85 @@ fn test_adapters_cover_native_and_fallback_variants() {
         assert!(gpus.iter().any(|(_, g)| g.info.backend == "vulkan"), "Vulkan adapter missing");
     }
 }
+
+/// The RMSNorm folded into the matmul (`matmul_normed`, `matmul_glu_normed`) for every weight
+/// format, against the reference rmsnorm then matmul, bit-identical across row counts (the CPU
+/// family folds only decode rows, so this also checks that its fold and its separate rmsnorm pass
+/// agree bit for bit, as they must for speculative decoding to be lossless).
+#[test]
+fn normed_matmul_matches_reference_and_is_batch_invariant() {
+    use domino_engine::kernels::NormInput;
+    use domino_engine::quant;
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(21);
+        let (k, n) = (576usize, 72usize);
+        let norm_w = rng.vec(k, 1.0);
+        let nb = upload(&gpu, &norm_w);
+        let x_all = rng.vec(64 * k, 2.0);
+        let formats = [WeightFormat::F32, WeightFormat::F16, WeightFormat::Quant(QuantType::Q8_0), WeightFormat::Quant(QuantType::Q4_1)];
+        for format in formats {
+            let (g, u) = (rng.vec(n * k, 0.4), rng.vec(n * k, 0.4));
+            let exact = |v: &[f32]| -> Vec<f32> {
+                match format {
+                    WeightFormat::F32 => v.to_vec(),
+                    WeightFormat::F16 => v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect(),
+                    WeightFormat::Quant(t) => quant::dequantize(t, &quant::quantize(t, v)),
+                }
+            };
+            let (gm, um) = (Matrix::from_f32(&gpu, "g", n, k, &g, format).unwrap(), Matrix::from_f32(&gpu, "u", n, k, &u, format).unwrap());
+            let run = |rows: usize, glu: bool| -> Vec<f32> {
+                let xb = upload(&gpu, &x_all[..rows * k]);
+                let scratch = gpu.buffer("scratch", (rows * k * 4) as u64).unwrap();
+                let yb = upload(&gpu, &vec![0.0; rows * n]);
+                let norm = NormInput { weight: &nb, eps: 1e-6, scratch: Rows::new(&scratch, 0, k as u32) };
+                let (x, y) = (Rows::new(&xb, 0, k as u32), Rows::new(&yb, 0, n as u32));
+                let mut step = Step::new(&gpu);
+                if glu {
+                    kernels::matmul_glu_normed(&mut step, &gm, &um, &norm, &x, &y, rows as u32).unwrap();
+                } else {
+                    kernels::matmul_normed(&mut step, &gm, &norm, &x, &y, rows as u32, Epilogue::Store).unwrap();
+                }
+                step.submit().unwrap();
+                read(&gpu, &yb, rows * n)
+            };
+            for glu in [false, true] {
+                let alone: Vec<Vec<f32>> = (0..17).map(|r| {
+                    let xb = upload(&gpu, &x_all[r * k..(r + 1) * k]);
+                    let scratch = gpu.buffer("scratch", (k * 4) as u64).unwrap();
+                    let yb = upload(&gpu, &vec![0.0; n]);
+                    let norm = NormInput { weight: &nb, eps: 1e-6, scratch: Rows::new(&scratch, 0, k as u32) };
+                    let mut step = Step::new(&gpu);
+                    if glu {
+                        kernels::matmul_glu_normed(&mut step, &gm, &um, &norm, &Rows::new(&xb, 0, k as u32), &Rows::new(&yb, 0, n as u32), 1).unwrap();
+                    } else {
+                        kernels::matmul_normed(&mut step, &gm, &norm, &Rows::new(&xb, 0, k as u32), &Rows::new(&yb, 0, n as u32), 1, Epilogue::Store).unwrap();
+                    }
+                    step.submit().unwrap();
+                    read(&gpu, &yb, n)
+                }).collect();
+                for rows in ROW_COUNTS {
+                    let y = run(rows, glu);
+                    let xn = reference::rmsnorm(&x_all[..rows * k], &norm_w, 1e-6);
+                    let want = if glu { reference::glu(&xn, &exact(&g), &exact(&u), rows, k, n) } else { reference::matmul(&xn, &exact(&g), rows, k, n) };
+                    let range = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let err = max_err(&y, &want);
+                    assert!(err < 1e-4 * range.max(1.0), "{name} {format:?} glu={glu} rows={rows}: max err {err}");
+                    for r in 0..rows.min(17) {
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&y[r * n..(r + 1) * n]), bits(&alone[r]), "{name} {format:?} glu={glu}: row {r} of {rows} differs from the row alone");
+                    }
+                }
+                if !gpu.caps.gpu_kernels && !glu {
+                    // The fold's scale has the bits of the separate rmsnorm pass (same reduction order).
+                    let xb = upload(&gpu, &x_all[..k]);
+                    let (ab, yb) = (upload(&gpu, &vec![0.0; k]), upload(&gpu, &vec![0.0; n]));
+                    let mut step = Step::new(&gpu);
+                    kernels::rmsnorm(&mut step, &nb, k as u32, 1e-6, &Rows::new(&xb, 0, k as u32), &Rows::new(&ab, 0, k as u32), 1).unwrap();
+                    kernels::matmul(&mut step, &gm, &Rows::new(&ab, 0, k as u32), &Rows::new(&yb, 0, n as u32), 1, Epilogue::Store).unwrap();
+                    step.submit().unwrap();
+                    assert_eq!(read(&gpu, &yb, n).iter().map(|v| v.to_bits()).collect::<Vec<_>>(), alone[0].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{name} {format:?}: folded vs separate rmsnorm");
+                }
+            }
+        }
+    }
+}

@@ -41,7 +41,9 @@ fn quantized_matmul_matches_reference_and_is_batch_invariant() {
                     assert_eq!(w.bytes(), domino_engine::row_major::chunk_bytes(WeightFormat::Quant(t), k, n), "{t:?}");
                     assert!(w.bytes() as usize <= bytes.len() + 32 + n * 2, "{t:?}: stays quantized on the GPU ({} vs {})", w.bytes(), bytes.len());
                 } else {
-                    assert_eq!(w.bytes() as usize, k / 32 * n.div_ceil(16) * t.gpu_group_words() * 4, "{t:?}: stays quantized on the GPU");
+                    // Weight textures hold whole runs of 8 groups (128 columns).
+                    let run = if gpu.caps.weight_textures { domino_engine::tensor::TEXTURE_GROUP_RUN } else { 1 };
+                    assert_eq!(w.bytes() as usize, k / 32 * n.div_ceil(16).div_ceil(run) * run * t.gpu_group_words() * 4, "{t:?}: stays quantized on the GPU");
                 }
                 // 1 to 64 rows: every multi-row pass, split into passes of the multi-row variants.
                 let x_all = rng.vec(64 * k, 1.0);
@@ -85,18 +87,20 @@ fn quantized_glu_embedding_and_split_match_reference() {
                 assert!(err < 1e-4, "{name} {t:?} glu rows={rows}: {err}");
             }
 
-            // A vocabulary of 103 split into 16-column chunks (64 inputs = 2 blocks per column).
-            let (vocab, hidden) = (103, 64);
+            // A vocabulary split into chunks of one group (16 columns; 64 inputs = 2 blocks per column),
+            // or of one run of 8 groups (128 columns) in weight textures.
+            let run = if gpu.caps.weight_textures { domino_engine::tensor::TEXTURE_GROUP_RUN } else { 1 };
+            let (vocab, hidden) = (103 * run, 64);
             let (eb, e) = blocks(t, &mut rng, vocab, hidden);
             let host = HostTensor::new("embed", HostDType::Quant(t), vocab, hidden, &eb).unwrap();
-            let limit = (hidden / 32 * t.gpu_group_words() * 4) as u64;
+            let limit = (run * hidden / 32 * t.gpu_group_words() * 4) as u64;
             let split = Matrix::upload_chunked(&gpu, &host, WeightFormat::Quant(t), limit, &mut |_| {}).unwrap();
             assert_eq!(split.chunks.len(), 7, "{t:?}");
             let whole = Matrix::upload(&gpu, &host, WeightFormat::Quant(t), &mut |_| {}).unwrap();
             let x = rng.vec(3 * hidden, 1.0);
             assert_eq!(run_matmul(&gpu, &split, &x, 3), run_matmul(&gpu, &whole, &x, 3), "{name} {t:?} split");
-            let ids: Vec<u32> = vec![0, 15, 16, 102, 50];
-            let idb = gpu.buffer("ids", 20).unwrap();
+            let ids: Vec<u32> = vec![0, 15, 16, vocab as u32 - 1, 50, 16 * run as u32];
+            let idb = gpu.buffer("ids", 24).unwrap();
             gpu.write(&idb, 0, &ids);
             let yb = gpu.buffer("y", (ids.len() * hidden * 4) as u64).unwrap();
             let mut step = Step::new(&gpu);

@@ -192,8 +192,15 @@ impl DrafterModel {
     /// [0, start)). Drafts go to ids[start + 1 ..]. `use_head` = false runs a Domino checkpoint as its
     /// backbone alone (the --no-head ablation).
     pub fn record_block(&self, step: &mut Step, st: &DraftState, target: &Qwen3Model, ids: &Arc<GpuBuffer>, start: u32, use_head: bool) -> Result<()> {
-        self.record_backbone(step, st, target, ids, start)?;
-        self.record_drafts(step, st, target, ids, start, use_head)
+        let n = self.drafts_per_block() as u32;
+        self.record_backbone(step, st, target, ids, start, n)?;
+        self.record_drafts(step, st, target, ids, start, use_head, n)
+    }
+
+    /// Block rows whose logits the first `n_drafts` drafts need (slot 0 repeats the anchor unless
+    /// labels are shifted).
+    fn logit_rows(&self, n_drafts: u32) -> u32 {
+        (n_drafts + !self.config.shift_label as u32).min(self.config.block_size as u32)
     }
 
     /// Whether `record_drafts` runs the sequential Domino loop.
@@ -202,7 +209,9 @@ impl DrafterModel {
     }
 
     /// The parallel part: the backbone over [anchor, MASK…] and the base logits of every slot.
-    pub fn record_backbone(&self, step: &mut Step, st: &DraftState, target: &Qwen3Model, ids: &Arc<GpuBuffer>, start: u32) -> Result<()> {
+    /// The backbone over the whole block (its attention is unmasked, so every draft depends on the
+    /// whole block), then base logits for the rows the first `n_drafts` drafts need.
+    pub fn record_backbone(&self, step: &mut Step, st: &DraftState, target: &Qwen3Model, ids: &Arc<GpuBuffer>, start: u32, n_drafts: u32) -> Result<()> {
         let c = &self.config;
         let b = c.block_size as u32;
         let h = c.hidden_size as u32;
@@ -237,33 +246,37 @@ impl DrafterModel {
             l.record(step, &io, &dims, b, start, start + b, false)?;
         }
         // y = norm(x) (kept in `a`), base logits through the target's lm_head.
-        kernels::rmsnorm(step, &self.norm, h, eps, &x, &a, b)?;
+        let rows = self.logit_rows(n_drafts);
+        kernels::rmsnorm(step, &self.norm, h, eps, &x, &a, rows)?;
         let v = target.config.vocab_size as u32;
         let logits = Rows::new(&st.logits, 0, v);
-        kernels::matmul(step, target.lm_head(), &a, &logits, b, Epilogue::Store)?;
+        kernels::matmul(step, target.lm_head(), &a, &logits, rows, Epilogue::Store)?;
         Ok(())
     }
 
-    /// Choose the drafts from the base logits (DFlash, --no-head) or through the Domino loop.
-    pub fn record_drafts(&self, step: &mut Step, st: &DraftState, target: &Qwen3Model, ids: &Arc<GpuBuffer>, start: u32, use_head: bool) -> Result<()> {
+    /// Choose the first `n_drafts` drafts from the base logits (DFlash, --no-head) or through the
+    /// Domino loop (which then runs only `n_drafts` steps).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_drafts(&self, step: &mut Step, st: &DraftState, target: &Qwen3Model, ids: &Arc<GpuBuffer>, start: u32, use_head: bool, n_drafts: u32) -> Result<()> {
         let c = &self.config;
-        let b = c.block_size as u32;
+        let n = n_drafts.min(self.drafts_per_block() as u32);
         let v = target.config.vocab_size as u32;
         let logits = Rows::new(&st.logits, 0, v);
         let greedy = SamplingConfig::greedy();
         match (&self.head, use_head && c.shift_label) {
-            (Some(head), true) => self.record_refinement(step, st, target, head, ids, start)?,
+            (Some(head), true) => self.record_refinement(step, st, target, head, ids, start, n)?,
             // Shifted labels: slot i drafts the token at start + 1 + i. Otherwise slot 0 is the anchor.
-            _ if c.shift_label => kernels::sample(step, &logits, v, b, ids, start + 1, &greedy, 0)?,
-            _ => kernels::sample(step, &logits.skip(1), v, b - 1, ids, start + 1, &greedy, 0)?,
+            _ if c.shift_label => kernels::sample(step, &logits, v, n, ids, start + 1, &greedy, 0)?,
+            _ => kernels::sample(step, &logits.skip(1), v, n, ids, start + 1, &greedy, 0)?,
         }
         Ok(())
     }
 
     /// The sequential Domino loop (spec §5), entirely on the GPU: per slot a few small dispatches.
-    fn record_refinement(&self, step: &mut Step, st: &DraftState, target: &Qwen3Model, head: &DominoHead, ids: &Arc<GpuBuffer>, start: u32) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    fn record_refinement(&self, step: &mut Step, st: &DraftState, target: &Qwen3Model, head: &DominoHead, ids: &Arc<GpuBuffer>, start: u32, b: u32) -> Result<()> {
         let c = &self.config;
-        let (b, h, v) = (c.block_size as u32, c.hidden_size as u32, target.config.vocab_size as u32);
+        let (h, v) = (c.hidden_size as u32, target.config.vocab_size as u32);
         let (e, g) = (head.emb_dim as u32, head.gru_hidden as u32);
         let greedy = SamplingConfig::greedy();
         kernels::matmul(step, &head.w1_y, &Rows::new(&st.a, 0, h), &Rows::new(&st.zw, 0, e), b, Epilogue::Store)?;

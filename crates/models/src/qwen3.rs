@@ -367,8 +367,16 @@ impl Qwen3Model {
                 let local = s - r0;
                 let v = c.vocab_size as u32;
                 step.set_label("final norm + lm_head");
-                let norm = NormInput { weight: &self.norm, eps, scratch: a.skip(local) };
-                kernels::matmul_normed(step, self.lm_head(), &norm, &x.skip(local), &Rows::new(&state.logits, (s - fwd.logits_from) * v, v), e - s, Epilogue::Store)?;
+                let logits = Rows::new(&state.logits, (s - fwd.logits_from) * v, v);
+                let head = self.lm_head();
+                if head.row_major {
+                    kernels::matmul_normed(step, head, &NormInput { weight: &self.norm, eps, scratch: a.skip(local) }, &x.skip(local), &logits, e - s, Epilogue::Store)?;
+                } else {
+                    // CPU family: a folded norm costs each invocation k extra fma (1/16 of its matmul
+                    // work), which on the vocabulary-wide lm_head outweighs one rmsnorm dispatch.
+                    kernels::rmsnorm(step, &self.norm, h, eps, &x.skip(local), &a, e - s)?;
+                    kernels::matmul(step, head, &a, &logits, e - s, Epilogue::Store)?;
+                }
             }
             r0 += nb;
         }

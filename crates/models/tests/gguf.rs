@@ -208,7 +208,18 @@ fn dtype_choice_dequantizes_or_quantizes_at_load() {
     let want = ReferenceModel::load(q8_ref.config.clone(), q8_ref.weights.as_ref(), false).unwrap().forward(&prompt);
     assert!(relative_error(&gpu_logits(gpu, &q8, &prompt), &want.logits) < 1e-4, "{name}: q8_0 at load");
     // 34 bytes per 32 weights on the GPU instead of 64 for f16.
-    assert_eq!(q8.layers[0].q.bytes() as usize, config.hidden_size / 32 * config.q_width() / 16 * 136 * 4);
+    let o = &q8.layers[0].o;
+    let o_bytes = if o.row_major {
+        // GPU family: per output column, k/32 blocks of 32 quants then their f16 scales, whole 16-byte words.
+        domino_engine::row_major::chunk_bytes(o.format, config.q_width(), config.hidden_size) as usize
+    } else {
+        // CPU family: per 32 inputs, one 136-word group per 16 columns (whole runs of 8 groups in
+        // weight textures).
+        let run = if o.on_texture() { domino_engine::tensor::TEXTURE_GROUP_RUN } else { 1 };
+        config.q_width() / 32 * config.hidden_size.div_ceil(16).div_ceil(run) * run * 136 * 4
+    };
+    assert_eq!(o.bytes() as usize, o_bytes);
+    assert!(o_bytes < config.q_width() * config.hidden_size * 2 * 6 / 10, "{name}: q8_0 is not smaller than f16");
     assert_eq!(v, config.vocab_size);
 }
 

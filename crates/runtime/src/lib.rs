@@ -2,10 +2,12 @@
 //! Async and thread-free, so the same code runs natively (driven by pollster) and in the browser.
 
 pub mod clock;
+pub mod draft_len;
 pub mod error;
 pub mod session;
 pub mod speculative;
 
+pub use draft_len::{DraftLen, DraftScheduler, RoundCosts};
 pub use error::{Result, RuntimeError};
 pub use speculative::{SpeculativeOptions, SpeculativeSession, SpeculativeStats};
 pub use session::{GenerateOptions, Generation, GenerationStats, Session, StopReason};

@@ -6,6 +6,7 @@
 //! reset: the next verify simply writes from the new `start` on.
 
 use crate::clock::now;
+use crate::draft_len::{DraftLen, DraftScheduler, RoundCosts};
 use crate::error::{Result, RuntimeError};
 use crate::session::{validate_prompt, GenerateOptions, Generation, GenerationStats, StopReason, MAX_LOGIT_ROWS, MAX_ROWS};
 use domino_engine::step::finish;
@@ -21,6 +22,10 @@ use std::sync::Arc;
 pub struct SpeculativeStats {
     /// Tokens committed per round: accepted drafts + 1 (the target's bonus token).
     pub acceptance_lengths: Vec<usize>,
+    /// Drafts verified per round (k; 0 is a plain decode step).
+    pub draft_lengths: Vec<usize>,
+    /// The mean of `draft_lengths`.
+    pub mean_draft_length: f64,
     pub mean_acceptance: f64,
     pub rounds: usize,
     pub block_size: usize,
@@ -38,11 +43,16 @@ pub struct SpeculativeOptions {
     pub use_head: bool,
     /// Measure the draft / verify / head split (adds GPU syncs between the phases of a round).
     pub timing: bool,
+    /// Drafts verified per round: adaptive, or fixed.
+    pub draft_len: DraftLen,
+    /// Round costs for `DraftLen::Auto` (from `calibrate`, or a cache of it); None: calibrate at the
+    /// start of `generate`.
+    pub costs: Option<RoundCosts>,
 }
 
 impl Default for SpeculativeOptions {
     fn default() -> Self {
-        Self { use_head: true, timing: true }
+        Self { use_head: true, timing: true, draft_len: DraftLen::Auto, costs: None }
     }
 }
 
@@ -54,7 +64,12 @@ pub struct SpeculativeSession<'m> {
     /// Target features `[row][k·h]` captured by the last pass (prefill chunk or verify).
     features: Arc<GpuBuffer>,
     result: Arc<GpuBuffer>,
+    /// This session's calibration (`calibrate`) and the `use_head` it was made with, once made.
+    costs: Option<(bool, RoundCosts)>,
 }
+
+/// Timed rounds per draft length in a calibration (the fastest counts).
+pub const CALIBRATION_REPS: usize = 2;
 
 impl<'m> SpeculativeSession<'m> {
     /// `capacity`: prompt + generated tokens this session must hold.
@@ -74,21 +89,120 @@ impl<'m> SpeculativeSession<'m> {
         let draft = drafter.new_state(target, slots, MAX_ROWS)?;
         let width = drafter.config.num_features() * target.config.hidden_size;
         let gpu = &target.gpu;
-        let features = gpu.binding_buffer("target features", (MAX_ROWS.max(k + 1) * width * 4) as u64)?;
+        // Feature rows of committed positions not yet in the draft context (up to MAX_ROWS after
+        // plain steps), then room for a verify pass's k + 1 rows.
+        let features = gpu.binding_buffer("target features", ((MAX_ROWS + k + 1) * width * 4) as u64)?;
         let result = gpu.binding_buffer("round result", ((k + 2) * 4) as u64)?;
-        Ok(Self { target, drafter, state, draft, features, result })
+        Ok(Self { target, drafter, state, draft, features, result, costs: None })
     }
 
     pub fn capacity(&self) -> usize {
         self.state.capacity - self.drafter.config.block_size - 1
     }
 
-    fn validate(&self, prompt: &[u32], max_tokens: usize) -> Result<()> {
+    pub fn validate(&self, prompt: &[u32], max_tokens: usize) -> Result<()> {
         validate_prompt(self.target, prompt, max_tokens, self.capacity())
     }
 
-    fn capture<'a>(&'a self, layers: &'a [usize]) -> Capture<'a> {
-        Capture { layers, dst: &self.features, dst_row: 0 }
+    fn capture<'a>(&'a self, layers: &'a [usize], dst_row: u32) -> Capture<'a> {
+        Capture { layers, dst: &self.features, dst_row }
+    }
+
+    /// The costs `generate` schedules with: the caller's, else this session's calibration (made once,
+    /// so a seed reproduces its sampled output within a session).
+    async fn round_costs(&mut self, spec: &SpeculativeOptions) -> Result<RoundCosts> {
+        let max_k = self.max_draft_len();
+        if let Some(c) = spec.costs.as_ref().filter(|c| c.max_k() == max_k) {
+            return Ok(c.clone());
+        }
+        if let DraftLen::Fixed(_) = spec.draft_len {
+            // A fixed k never consults the costs.
+            return Ok(RoundCosts { seconds: vec![1.0; max_k + 1] });
+        }
+        match &self.costs {
+            Some((head, c)) if *head == spec.use_head => Ok(c.clone()),
+            _ => {
+                let c = self.calibrate(CALIBRATION_REPS, spec.use_head).await?;
+                self.costs = Some((spec.use_head, c.clone()));
+                Ok(c)
+            }
+        }
+    }
+
+    /// Drafts a block yields (the largest k).
+    pub fn max_draft_len(&self) -> usize {
+        self.drafter.drafts_per_block()
+    }
+
+    /// Measure the seconds of a round with k drafts, k = 0..=max_draft_len(), on this adapter: `reps`
+    /// timed rounds per k (the fastest counts) on dummy tokens. It overwrites the KV caches, so run it
+    /// before `generate` (which starts with a prefill); callers cache the result per model and adapter.
+    pub async fn calibrate(&mut self, reps: usize, use_head: bool) -> Result<RoundCosts> {
+        let (target, drafter) = (self.target, self.drafter);
+        let gpu = &target.gpu;
+        let max_k = self.max_draft_len();
+        let layers = drafter.config.target_layer_ids.clone();
+        let ctx = 16u32.min((self.capacity() as u32).saturating_sub(max_k as u32 + 2)).max(1);
+        gpu.write(&self.state.ids, 0, &vec![0u32; ctx as usize + max_k + 2]);
+        // A context for the drafter's attention to cover, as after a short prompt.
+        let mut step = Step::new(gpu);
+        let fwd = Forward { pos0: 0, n_rows: ctx, logits_from: ctx, capture: Some(self.capture(&layers, 0)) };
+        target.record_forward(&mut step, &self.state, &fwd)?;
+        drafter.record_context(&mut step, &self.draft, &self.feature_rows(), 0, ctx)?;
+        step.submit()?;
+        finish(gpu).await?;
+        let mut seconds = vec![f64::MAX; max_k + 1];
+        for _ in 0..reps.max(1) + 1 {
+            for (k, best) in seconds.iter_mut().enumerate() {
+                let t0 = now();
+                let mut step = Step::new(gpu);
+                self.record_round(&mut step, ctx, k as u32, 1, &SamplingConfig::greedy(), use_head)?;
+                step.submit_and_read(&self.result, 0, 8).await?;
+                *best = best.min(now() - t0);
+            }
+        }
+        Ok(RoundCosts { seconds })
+    }
+
+    /// Record one round at anchor position `start` into `step`: with k > 0 the draft (`record_draft`,
+    /// then k drafts), then the (k + 1)-row verify and acceptance into `result`.
+    fn record_round(&self, step: &mut Step, start: u32, k: u32, pending: u32, sampling: &SamplingConfig, use_head: bool) -> Result<()> {
+        let layers = &self.drafter.config.target_layer_ids;
+        if k > 0 {
+            self.record_draft(step, start, k, pending)?;
+            self.drafter.record_drafts(step, &self.draft, self.target, &self.state.ids, start, use_head, k)?;
+        }
+        self.record_verify(step, start, k, if k == 0 { pending } else { 0 }, layers, sampling)
+    }
+
+    /// The draft pass up to the drafts: the `pending` context rows, then the block through the
+    /// backbone with base logits for k drafts.
+    fn record_draft(&self, step: &mut Step, start: u32, k: u32, pending: u32) -> Result<()> {
+        let drafter = self.drafter;
+        if pending > 0 {
+            drafter.record_context(step, &self.draft, &self.feature_rows(), start - pending, pending)?;
+        }
+        drafter.reset_head_state(&self.draft);
+        Ok(drafter.record_backbone(step, &self.draft, self.target, &self.state.ids, start, k)?)
+    }
+
+    /// The verify pass over [anchor, d1..dk] with feature capture from feature row `dst_row` (plain
+    /// steps queue their row after the pending ones), then acceptance on the GPU.
+    fn record_verify(&self, step: &mut Step, start: u32, k: u32, dst_row: u32, layers: &[usize], sampling: &SamplingConfig) -> Result<()> {
+        let target = self.target;
+        let fwd = Forward { pos0: start, n_rows: k + 1, logits_from: 0, capture: Some(self.capture(layers, dst_row)) };
+        target.record_forward(step, &self.state, &fwd)?;
+        let v = target.config.vocab_size as u32;
+        let logits = Rows::new(&self.state.logits, 0, v);
+        if sampling.is_greedy() {
+            kernels::sample(step, &logits, v, k + 1, &self.state.out_ids, 0, &SamplingConfig::greedy(), 0)?;
+            kernels::accept_greedy(step, &self.state.out_ids, &self.state.ids, &self.result, start, k)?;
+        } else {
+            // Draws are numbered by position so a seed gives one reproducible stream.
+            let counter = start.wrapping_mul(2 * MAX_LOGIT_ROWS as u32);
+            kernels::accept_sampled(step, &logits, v, k, &self.state.ids, start, &self.result, 0, sampling, counter)?;
+        }
+        Ok(())
     }
 
     fn feature_rows(&self) -> Rows<'_> {
@@ -107,7 +221,6 @@ impl<'m> SpeculativeSession<'m> {
         let (target, drafter) = (self.target, self.drafter);
         let gpu = &target.gpu;
         let layers = drafter.config.target_layer_ids.clone();
-        let k = drafter.drafts_per_block() as u32;
         let n = prompt.len();
         let mut stats = GenerationStats { prompt_tokens: n, ..Default::default() };
         let mut spec_stats = SpeculativeStats { block_size: drafter.config.block_size, ..Default::default() };
@@ -116,6 +229,7 @@ impl<'m> SpeculativeSession<'m> {
         if opts.max_tokens == 0 {
             return Ok((Generation { prompt_ids: prompt.to_vec(), output_ids: output, stop_reason, stats }, spec_stats));
         }
+        let costs = self.round_costs(spec).await?;
         gpu.write(&self.state.ids, 0, prompt);
 
         // Prefill in chunks: target rows with feature capture, then the drafter's context from them.
@@ -125,7 +239,7 @@ impl<'m> SpeculativeSession<'m> {
         while r0 < n {
             let nb = (n - r0).min(MAX_ROWS);
             let last = r0 + nb == n;
-            let fwd = Forward { pos0: r0 as u32, n_rows: nb as u32, logits_from: if last { nb as u32 - 1 } else { nb as u32 }, capture: Some(self.capture(&layers)) };
+            let fwd = Forward { pos0: r0 as u32, n_rows: nb as u32, logits_from: if last { nb as u32 - 1 } else { nb as u32 }, capture: Some(self.capture(&layers, 0)) };
             target.record_forward(&mut step, &self.state, &fwd)?;
             drafter.record_context(&mut step, &self.draft, &self.feature_rows(), r0 as u32, nb as u32)?;
             r0 += nb;
@@ -152,56 +266,61 @@ impl<'m> SpeculativeSession<'m> {
             None
         };
         let mut start = n as u32;
-        let mut new_context = 0u32; // feature rows of [start - new_context, start) not yet in the draft cache
+        // Feature rows [0, pending) hold committed positions [start - pending, start) that the
+        // draft context does not have yet (the prefill's last chunk was appended above).
+        let mut pending = 0u32;
         let mut done = emit(first, &mut output);
+        let mut scheduler = DraftScheduler::new(spec.draft_len, costs);
+        // Sampled output must be reproducible from its seed, so its k may depend on the drafter's
+        // acceptance (a function of the tokens) but not on wall-clock times: costs stay as given.
+        let refine_costs = opts.sampling.is_greedy();
         while done.is_none() {
-            // Draft: append last round's context, then the block (and the Domino loop).
+            let k = scheduler.next_k() as u32;
+            if k == 0 && pending as usize == MAX_ROWS {
+                // The queue of plain steps' feature rows is full: append it to the draft context.
+                let mut step = Step::new(gpu);
+                drafter.record_context(&mut step, &self.draft, &self.feature_rows(), start - pending, pending)?;
+                step.submit()?;
+                pending = 0;
+            }
             let ta = now();
             let mut step = Step::new(gpu);
-            if new_context > 0 {
-                drafter.record_context(&mut step, &self.draft, &self.feature_rows(), start - new_context, new_context)?;
-            }
-            drafter.reset_head_state(&self.draft);
-            drafter.record_backbone(&mut step, &self.draft, target, &self.state.ids, start)?;
-            let head_apart = spec.timing && drafter.runs_head(spec.use_head);
-            let mut head_start = 0.0;
-            if head_apart {
-                // Timing only: the head's loop in a submission of its own, to measure its share.
-                step.submit()?;
-                finish(gpu).await?;
-                head_start = now();
-                step = Step::new(gpu);
-            }
-            drafter.record_drafts(&mut step, &self.draft, target, &self.state.ids, start, spec.use_head)?;
-            step.submit()?;
-            if spec.timing {
-                finish(gpu).await?;
+            if k > 0 {
+                self.record_draft(&mut step, start, k, pending)?;
+                let head_apart = spec.timing && drafter.runs_head(spec.use_head);
+                let mut head_start = 0.0;
+                if head_apart {
+                    // Timing only: the head's loop in a submission of its own, to measure its share.
+                    step.submit()?;
+                    finish(gpu).await?;
+                    head_start = now();
+                    step = Step::new(gpu);
+                }
+                drafter.record_drafts(&mut step, &self.draft, target, &self.state.ids, start, spec.use_head, k)?;
+                if spec.timing {
+                    step.submit()?;
+                    finish(gpu).await?;
+                    step = Step::new(gpu);
+                }
+                if head_apart {
+                    spec_stats.head_seconds += now() - head_start;
+                }
             }
             let tb = now();
-            if head_apart {
-                spec_stats.head_seconds += tb - head_start;
-            }
-            // Verify [anchor, d1..dK] in one pass with feature capture, accept on the GPU.
-            let mut step = Step::new(gpu);
-            let fwd = Forward { pos0: start, n_rows: k + 1, logits_from: 0, capture: Some(self.capture(&layers)) };
-            target.record_forward(&mut step, &self.state, &fwd)?;
-            let v = target.config.vocab_size as u32;
-            let logits = Rows::new(&self.state.logits, 0, v);
-            if opts.sampling.is_greedy() {
-                kernels::sample(&mut step, &logits, v, k + 1, &self.state.out_ids, 0, &SamplingConfig::greedy(), 0)?;
-                kernels::accept_greedy(&mut step, &self.state.out_ids, &self.state.ids, &self.result, start, k)?;
-            } else {
-                // Draws are numbered by position so a seed gives one reproducible stream.
-                let counter = start.wrapping_mul(2 * MAX_LOGIT_ROWS as u32);
-                kernels::accept_sampled(&mut step, &logits, v, k, &self.state.ids, start, &self.result, 0, &opts.sampling, counter)?;
-            }
+            self.record_verify(&mut step, start, k, if k == 0 { pending } else { 0 }, &layers, &opts.sampling)?;
             let bytes = step.submit_and_read(&self.result, 0, (k as u64 + 2) * 4).await?;
             let tc = now();
-            spec_stats.draft_seconds += tb - ta;
-            spec_stats.verify_seconds += tc - tb;
+            if spec.timing {
+                spec_stats.draft_seconds += tb - ta;
+                spec_stats.verify_seconds += tc - tb;
+            } else {
+                spec_stats.verify_seconds += tc - ta;
+            }
             let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             let a = words[0].min(k) as usize;
+            scheduler.observe(k as usize, a, if refine_costs && !spec.timing { tc - ta } else { scheduler.costs.seconds[k as usize] });
             spec_stats.acceptance_lengths.push(a + 1);
+            spec_stats.draft_lengths.push(k as usize);
             for &tok in &words[1..a + 2] {
                 done = emit(tok, &mut output);
                 if done.is_some() {
@@ -209,7 +328,7 @@ impl<'m> SpeculativeSession<'m> {
                 }
             }
             start += a as u32 + 1;
-            new_context = a as u32 + 1;
+            pending = if k == 0 { pending + 1 } else { a as u32 + 1 };
         }
         stop_reason = done.unwrap_or(stop_reason);
         stats.decode_seconds = now() - t1;
@@ -218,6 +337,11 @@ impl<'m> SpeculativeSession<'m> {
         let decoded = output.len().saturating_sub(1);
         stats.decode_tokens_per_s = if decoded > 0 { decoded as f64 / stats.decode_seconds.max(1e-9) } else { 0.0 };
         spec_stats.rounds = spec_stats.acceptance_lengths.len();
+        spec_stats.mean_draft_length = if spec_stats.rounds > 0 {
+            spec_stats.draft_lengths.iter().sum::<usize>() as f64 / spec_stats.rounds as f64
+        } else {
+            0.0
+        };
         spec_stats.mean_acceptance = if spec_stats.rounds > 0 {
             spec_stats.acceptance_lengths.iter().sum::<usize>() as f64 / spec_stats.rounds as f64
         } else {

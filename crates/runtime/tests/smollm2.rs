@@ -7,7 +7,7 @@
 use domino_engine::testing::test_gpus;
 use domino_engine::DTypeChoice;
 use domino_models::{open_model, Qwen3Model};
-use domino_runtime::{GenerateOptions, Session};
+use domino_runtime::{DraftLen, GenerateOptions, Session};
 use pollster::block_on;
 use std::path::PathBuf;
 
@@ -79,7 +79,10 @@ fn shipped_smollm2_drafter_is_lossless_and_accepts() {
         "def is_palindrome(text: str) -> bool:\n    \"\"\"Return True if text reads the same forwards and backwards.\"\"\"\n",
         "def mean(values):\n    \"\"\"Return the arithmetic mean of a non-empty list of numbers.\"\"\"\n",
     ];
-    for (name, gpu) in test_gpus() {
+    // The CPU-adapter kernel family on each configuration. The GPU family runs SmolLM2 about 20x
+    // slower on these CPU rasterizers (64-lane workgroups with barriers); its speculative
+    // losslessness is tested on the tiny models (runtime/tests/speculative.rs) at every shape.
+    for (name, gpu) in test_gpus().into_iter().filter(|(_, g)| !g.caps.gpu_kernels) {
         let model = Qwen3Model::load_with(gpu.clone(), files.config.clone(), files.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {}).unwrap();
         let config = DrafterConfig::from_file(&dir.join("config.json")).unwrap();
         let drafter = DrafterModel::load(config, &Checkpoint::open(&dir).unwrap(), &model, WeightFormat::F16).unwrap();
@@ -90,7 +93,7 @@ fn shipped_smollm2_drafter_is_lossless_and_accepts() {
         for p in prompts {
             let ids = tok.encode(p).unwrap();
             let want = block_on(plain.generate(&ids, &opts, &mut |_| true)).unwrap().output_ids;
-            let (got, st) = block_on(spec.generate(&ids, &opts, &SpeculativeOptions { use_head: true, timing: false }, &mut |_| true)).unwrap();
+            let (got, st) = block_on(spec.generate(&ids, &opts, &SpeculativeOptions { use_head: true, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None }, &mut |_| true)).unwrap();
             assert_eq!(got.output_ids, want, "{name}: speculative output differs from plain greedy for {p:?}");
             lengths.extend(st.acceptance_lengths);
         }

@@ -9,7 +9,7 @@ use domino_models::drafter_reference::{speculative_greedy, ReferenceDrafter};
 use domino_models::reference::ReferenceModel;
 use domino_models::testing::{write_tiny_drafter, write_tiny_model, TinyDrafterSpec, TinySpec};
 use domino_models::{Checkpoint, Qwen3Config, Qwen3Model};
-use domino_runtime::{GenerateOptions, Session, SpeculativeOptions, SpeculativeSession};
+use domino_runtime::{DraftLen, GenerateOptions, RoundCosts, Session, SpeculativeOptions, SpeculativeSession};
 use pollster::block_on;
 use std::sync::Arc;
 
@@ -74,7 +74,7 @@ fn speculative_greedy_is_lossless_and_matches_the_cpu_reference() {
                         // Lengths that end mid-round as well as on round boundaries.
                         for max_tokens in [1usize, 7, 20] {
                             let want = block_on(plain.generate(prompt, &greedy(max_tokens), &mut |_| true)).unwrap().output_ids;
-                            let opts = SpeculativeOptions { use_head, timing: false };
+                            let opts = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None };
                             let (got, stats) = block_on(spec.generate(prompt, &greedy(max_tokens), &opts, &mut |_| true)).unwrap();
                             let ctx = format!("{name} {kind:?} B={block} head={use_head} prompt={prompt:?} max={max_tokens}");
                             assert_eq!(got.output_ids, want, "{ctx}: speculative output differs from target-only greedy");
@@ -161,7 +161,7 @@ fn always_accepting_pairs_commit_whole_blocks() {
             let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
             let full = drafter.drafts_per_block() + 1;
             for max_tokens in [1usize, 2 + full, 3 * full + 2] {
-                let (g, stats) = block_on(spec.generate(&[5, 6, 7], &greedy(max_tokens), &SpeculativeOptions::default(), &mut |_| true)).unwrap();
+                let (g, stats) = block_on(spec.generate(&[5, 6, 7], &greedy(max_tokens), &SpeculativeOptions { draft_len: DraftLen::Fixed(usize::MAX), ..Default::default() }, &mut |_| true)).unwrap();
                 assert!(g.output_ids.iter().all(|&x| x == 77), "{name}: {:?}", g.output_ids);
                 assert_eq!(g.output_ids.len(), max_tokens);
                 // Every round commits B+1 (Domino) or B (DFlash); the prefill's token comes first.
@@ -277,9 +277,129 @@ fn speculative_sampling_end_to_end_is_reproducible() {
         sampling: domino_engine::SamplingConfig { temperature: 0.8, top_k: 40, top_p: 0.9, seed: 3 },
         ..Default::default()
     };
-    let so = SpeculativeOptions { use_head: true, timing: false };
+    let so = SpeculativeOptions { use_head: true, timing: false, ..Default::default() };
     let (a, _) = block_on(spec.generate(&[1, 2, 3], &opts, &so, &mut |_| true)).unwrap();
     let (b, _) = block_on(spec.generate(&[1, 2, 3], &opts, &so, &mut |_| true)).unwrap();
     assert_eq!(a.output_ids, b.output_ids);
     assert_eq!(a.output_ids.len(), 20);
+}
+
+/// `--draft-len`: every fixed k (0 = plain steps only) and the adaptive schedule give exactly the
+/// plain greedy output, on every test adapter; rounds verify the k they were given.
+#[test]
+fn every_draft_length_schedule_gives_the_plain_greedy_output() {
+    let p = pair(&target_spec(), &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 4, seed: 404, ..TinyDrafterSpec::default() });
+    for (name, gpu) in test_gpus() {
+        let (target, drafter) = load(&gpu, &p);
+        let mut plain = Session::new(&target, 96).unwrap();
+        let mut spec = SpeculativeSession::new(&target, &drafter, 96).unwrap();
+        let max_k = spec.max_draft_len();
+        let prompts = [&[1u32, 2, 3][..], &[100, 7, 250, 31, 31, 9, 44]];
+        // The GPU family is slow on CPU rasterizers: one prompt there.
+        for prompt in &prompts[..if gpu.caps.gpu_kernels { 1 } else { 2 }] {
+            // 80 tokens: more plain steps than the queue of pending feature rows holds (64).
+            let want = block_on(plain.generate(prompt, &greedy(80), &mut |_| true)).unwrap().output_ids;
+            for k in 0..=max_k + 1 {
+                let so = SpeculativeOptions { timing: false, draft_len: DraftLen::Fixed(k), ..Default::default() };
+                let (got, st) = block_on(spec.generate(prompt, &greedy(80), &so, &mut |_| true)).unwrap();
+                assert_eq!(got.output_ids, want, "{name} k={k}");
+                assert!(st.draft_lengths.iter().all(|&d| d == k.min(max_k)), "{name} k={k}: {:?}", st.draft_lengths);
+                assert!(st.acceptance_lengths.iter().all(|&a| a <= k.min(max_k) + 1), "{name} k={k}");
+            }
+            // Adaptive, with a cost table on which drafting pays only while acceptance is high, so the
+            // schedule moves between k = 0 and drafting (probes included).
+            let costs = RoundCosts { seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.3 + 0.1 * k as f64 }).collect() };
+            let so = SpeculativeOptions { timing: false, draft_len: DraftLen::Auto, costs: Some(costs), ..Default::default() };
+            let (got, st) = block_on(spec.generate(prompt, &greedy(80), &so, &mut |_| true)).unwrap();
+            assert_eq!(got.output_ids, want, "{name} auto");
+            assert_eq!(st.draft_lengths.len(), st.rounds);
+            // Calibrated on this adapter (no table given).
+            let so = SpeculativeOptions { timing: false, ..Default::default() };
+            let (got, _) = block_on(spec.generate(prompt, &greedy(30), &so, &mut |_| true)).unwrap();
+            assert_eq!(got.output_ids[..], want[..30], "{name} auto, calibrated");
+        }
+    }
+}
+
+/// The adaptive schedule on real rounds, with this adapter's calibrated costs (refined online): an
+/// always-accepting pair is drafted the whole block, and a random (useless) drafter falls back to
+/// plain steps.
+#[test]
+fn adaptive_draft_length_follows_the_drafter() {
+    let (name, gpu) = &test_gpus()[0];
+    let dir = tempfile::tempdir().unwrap();
+    let (t, d) = (dir.path().join("t"), dir.path().join("d"));
+    let dspec = TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 8, ..TinyDrafterSpec::default() };
+    domino_models::testing::write_always_accept_pair(&t, &d, &target_spec(), &dspec, 77).unwrap();
+    let target = Qwen3Model::load(gpu.clone(), Qwen3Config::from_file(&t.join("config.json")).unwrap(), &Checkpoint::open(&t).unwrap(), WeightFormat::F16, &mut |_, _, _| {}).unwrap();
+    let drafter = DrafterModel::load(DrafterConfig::from_file(&d.join("config.json")).unwrap(), &Checkpoint::open(&d).unwrap(), &target, WeightFormat::F16).unwrap();
+    let mut spec = SpeculativeSession::new(&target, &drafter, 256).unwrap();
+    let max_k = spec.max_draft_len();
+    let so = SpeculativeOptions { timing: false, draft_len: DraftLen::Auto, ..Default::default() };
+    let (_, st) = block_on(spec.generate(&[5, 6, 7], &greedy(120), &so, &mut |_| true)).unwrap();
+    // Every draft is accepted, so after the prior's first rounds every round drafts; how many
+    // depends on this adapter's measured verify costs (the unit tests check the full block on
+    // synthetic tables).
+    assert!(st.draft_lengths.iter().zip(&st.acceptance_lengths).all(|(k, a)| a == &(k + 1)), "{name}: {:?} {:?}", st.draft_lengths, st.acceptance_lengths);
+    assert!(st.draft_lengths.iter().skip(4).all(|&k| k >= 1 && k <= max_k), "{name}: always-accepting pair: {:?}", st.draft_lengths);
+    assert!(st.mean_acceptance > 3.0, "{name}: {:?}", st.draft_lengths);
+
+    let p = pair(&target_spec(), &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 8, seed: 5, ..TinyDrafterSpec::default() });
+    let (target, drafter) = load(gpu, &p);
+    let mut spec = SpeculativeSession::new(&target, &drafter, 256).unwrap();
+    let (_, st) = block_on(spec.generate(&[1, 2, 3], &greedy(200), &so, &mut |_| true)).unwrap();
+    let accepted: usize = st.acceptance_lengths.iter().map(|a| a - 1).sum();
+    let plain_rounds = st.draft_lengths.iter().filter(|&&k| k == 0).count();
+    // A random drafter accepts almost nothing: nearly every round is a plain step.
+    assert!(accepted * 10 < st.rounds, "{name}: the random drafter accepted {accepted} drafts in {} rounds", st.rounds);
+    assert!(plain_rounds * 10 >= st.rounds * 8, "{name}: {plain_rounds} plain rounds of {}: {:?}", st.rounds, st.draft_lengths);
+}
+
+/// Sampled acceptance stays exact whatever k a round verifies: the round's first committed token
+/// follows the target's distribution at the anchor for k = 0 (a plain sampled step), 1 and 3.
+#[test]
+fn sampled_rounds_follow_the_target_distribution_at_every_draft_length() {
+    use domino_engine::{kernels, reference, step::read_buffer, Rows, SamplingConfig, Step};
+    let (name, gpu) = &test_gpus()[0];
+    let vocab = 24usize;
+    let mut rng = domino_engine::testing::Rng::new(7);
+    let logits = rng.vec(4 * vocab, 1.5);
+    let cfg = SamplingConfig { temperature: 0.9, top_k: 0, top_p: 1.0, seed: 11 };
+    let p0 = reference::sampling_distribution(&logits[..vocab], cfg.temperature, 0, 1.0);
+    let d1 = reference::argmax(&logits[..vocab]);
+    let lb = gpu.buffer("logits", (logits.len() * 4) as u64).unwrap();
+    gpu.write(&lb, 0, &logits);
+    let runs = 3000u32;
+    for k in [0u32, 1, 3] {
+        let slot = 5u32;
+        let mut all_ids = vec![0u32; (runs * slot) as usize];
+        for r in 0..runs as usize {
+            all_ids[r * slot as usize + 1..r * slot as usize + 4].copy_from_slice(&[d1, 3, 5]);
+        }
+        let ids = gpu.buffer("ids", (runs * slot * 4) as u64).unwrap();
+        gpu.write(&ids, 0, &all_ids);
+        let result = gpu.buffer("result", (runs * slot * 4) as u64).unwrap();
+        let mut step = Step::new(gpu);
+        for r in 0..runs {
+            kernels::accept_sampled(&mut step, &Rows::new(&lb, 0, vocab as u32), vocab as u32, k, &ids, r * slot, &result, r * slot, &cfg, r * 1000 + k).unwrap();
+        }
+        step.submit().unwrap();
+        let res: Vec<u32> = bytemuck::pod_collect_to_vec(&block_on(read_buffer(gpu, &result, 0, (runs * slot * 4) as u64)).unwrap());
+        let mut counts = vec![0usize; vocab];
+        for r in 0..runs as usize {
+            assert!(res[r * slot as usize] <= k, "{name} k={k}: accepted more than verified");
+            counts[res[r * slot as usize + 1] as usize] += 1;
+        }
+        let (mut chi, mut dof) = (0.0, 0usize);
+        for i in 0..vocab {
+            let e = p0[i] * runs as f64;
+            if e >= 5.0 {
+                chi += (counts[i] as f64 - e).powi(2) / e;
+                dof += 1;
+            }
+        }
+        let dof = dof.saturating_sub(1).max(1) as f64;
+        let crit = dof * (1.0 - 2.0 / (9.0 * dof) + 3.09 * (2.0 / (9.0 * dof)).sqrt()).powi(3);
+        assert!(chi < crit, "{name} k={k}: first token chi2 {chi:.1} >= {crit:.1}");
+    }
 }

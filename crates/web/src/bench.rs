@@ -189,12 +189,12 @@ pub async fn run(gpu: &Gpu, loaded: &mut Loaded, opts: &JsValue) -> Result<Value
         let mut spec = SpeculativeSession::new(model, drafter, spec_capacity)?;
         for (name, use_head) in modes {
             let mut m = Measured { memory, ..Default::default() };
-            spec.generate(&prompts[0], &gen, &SpeculativeOptions { use_head, timing: false }, &mut |_| true).await?;
+            spec.generate(&prompts[0], &gen, &SpeculativeOptions { use_head, timing: false, ..Default::default() }, &mut |_| true).await?;
             tick(name);
             for p in &prompts {
                 for run in 1..=runs + 1 {
                     let timing = run == runs + 1;
-                    let (g, st) = spec.generate(p, &gen, &SpeculativeOptions { use_head, timing }, &mut |_| true).await?;
+                    let (g, st) = spec.generate(p, &gen, &SpeculativeOptions { use_head, timing, ..Default::default() }, &mut |_| true).await?;
                     m.acceptance.extend(&st.acceptance_lengths);
                     if timing {
                         m.draft += st.draft_seconds;

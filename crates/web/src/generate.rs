@@ -6,7 +6,7 @@ use crate::js::{self, Options};
 use crate::load::Loaded;
 use domino_engine::SamplingConfig;
 use domino_models::tokenizer::{ChatMessage, StreamDecoder};
-use domino_runtime::{GenerateOptions, Session, SpeculativeOptions, SpeculativeSession};
+use domino_runtime::{DraftLen, GenerateOptions, Session, SpeculativeOptions, SpeculativeSession};
 use js_sys::Function;
 use wasm_bindgen::JsValue;
 
@@ -17,6 +17,8 @@ pub struct Request {
     /// Some(use_head) for speculative decoding, None for plain decoding.
     pub speculative: Option<bool>,
     pub block_size: Option<usize>,
+    /// `draftLen`: "auto" (default) or a fixed number of drafts per round.
+    pub draft_len: DraftLen,
     pub on_token: Option<Function>,
 }
 
@@ -50,6 +52,11 @@ impl Request {
         let use_draft = o.bool("draft").map_err(u)?.unwrap_or(true);
         let no_head = o.bool("noHead").map_err(u)?.unwrap_or(false);
         let block_size = o.uint("blockSize", 1e6).map_err(u)?.map(|b| b as usize);
+        let draft_len = match o.raw("draftLen") {
+            None => DraftLen::Auto,
+            Some(v) if v.as_string().as_deref() == Some("auto") => DraftLen::Auto,
+            Some(_) => DraftLen::Fixed(o.uint("draftLen", 1e6).map_err(|_| WebError::Usage("generate: draftLen must be \"auto\" or a number of drafts".into()))?.unwrap_or(0) as usize),
+        };
         let speculative = match (&loaded.drafter, use_draft) {
             (Some(_), true) => Some(!no_head),
             (None, _) if block_size.is_some() || no_head => {
@@ -67,6 +74,7 @@ impl Request {
             },
             speculative,
             block_size,
+            draft_len,
             on_token: o.function("onToken").map_err(u)?,
         })
     }
@@ -104,7 +112,7 @@ pub async fn generate(loaded: &mut Loaded, req: Request) -> Result<serde_json::V
     let (generation, spec_stats) = match (req.speculative, drafter) {
         (Some(use_head), Some(d)) => {
             let mut session = SpeculativeSession::new(model, d, capacity)?;
-            let spec = SpeculativeOptions { use_head, timing: true };
+            let spec = SpeculativeOptions { use_head, timing: true, draft_len: req.draft_len, costs: None };
             let (g, s) = session.generate(&req.prompt_ids, &req.opts, &spec, &mut on_token).await?;
             (g, Some(s))
         }

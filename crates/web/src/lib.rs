@@ -8,7 +8,7 @@
 //! d.adapterInfo();
 //! await d.load({ model, draft, onProgress });
 //! const r = await d.generate({ prompt, promptIds, chat, maxTokens, temperature, topP, topK, seed,
-//!                              ignoreEos, blockSize, noHead, onToken });
+//!                              ignoreEos, blockSize, noHead, draftLen, onToken });
 //! ```
 //! `generate` resolves to the object `domino generate --json` prints; `bench` to a domino-bench/1
 //! report with `runner: "browser"`. Weights are read tensor by tensor (FileReaderSync), so `load`
@@ -154,7 +154,7 @@ impl Domino {
     }
 
     /// `generate({ prompt, promptIds, chat, maxTokens, temperature, topP, topK, seed, ignoreEos,
-    /// blockSize, noHead, draft, onToken })` resolves to the `domino generate --json` object.
+    /// blockSize, noHead, draftLen, draft, onToken })` resolves to the `domino generate --json` object.
     /// `onToken(text, id)` streams; returning `false` from it stops (stop_reason "cancelled").
     /// With a drafter loaded, decoding is speculative unless `draft: false`.
     pub fn generate(&self, opts: JsValue) -> js_sys::Promise {

@@ -1,0 +1,83 @@
+//! The adaptive draft length's round costs, calibrated once per (model, drafter, adapter, kernel
+//! variant) and cached on disk as `<cache dir>/calibration/<hash>.json`, so later runs start with them
+//! (and a seed reproduces its sampled output across runs).
+
+use crate::model_dir::cache_dir;
+use crate::CliError;
+use domino_engine::Gpu;
+use domino_runtime::{RoundCosts, SpeculativeSession};
+use serde::{Deserialize, Serialize};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+/// What the costs depend on; stored beside them so a file can be checked by eye.
+#[derive(Debug, Clone, PartialEq, Hash, Serialize, Deserialize)]
+pub struct CalibrationKey {
+    pub model: String,
+    pub drafter: String,
+    pub block_size: usize,
+    pub use_head: bool,
+    pub dtype: String,
+    pub adapter: String,
+    pub backend: String,
+    pub driver: String,
+    /// The kernel variant in use (`Caps` printed), which the costs depend on as much as the adapter.
+    pub caps: String,
+    pub domino_version: String,
+}
+
+impl CalibrationKey {
+    pub fn new(gpu: &Gpu, model: &Path, drafter: &Path, block_size: usize, use_head: bool, dtype: &str) -> Self {
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
+        Self {
+            model: canonical(model),
+            drafter: canonical(drafter),
+            block_size,
+            use_head,
+            dtype: dtype.to_string(),
+            adapter: gpu.info.name.clone(),
+            backend: gpu.info.backend.clone(),
+            driver: format!("{} {}", gpu.info.driver, gpu.info.driver_info),
+            caps: format!("{:?}", gpu.caps),
+            domino_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    fn path(&self) -> PathBuf {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.hash(&mut h);
+        cache_dir().join("calibration").join(format!("{:016x}.json", h.finish()))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct CalibrationFile {
+    key: CalibrationKey,
+    costs: RoundCosts,
+}
+
+/// The cached costs for `key`, or a fresh calibration of `session` (written to the cache; a cache
+/// that cannot be written only costs the next run a calibration).
+pub fn round_costs(session: &mut SpeculativeSession, key: &CalibrationKey, quiet: bool) -> Result<RoundCosts, CliError> {
+    let path = key.path();
+    let cached = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<CalibrationFile>(&b).ok());
+    if let Some(file) = cached.filter(|f| &f.key == key && f.costs.max_k() == session.max_draft_len() && f.costs.seconds.iter().all(|s| s.is_finite() && *s > 0.0)) {
+        return Ok(file.costs);
+    }
+    if !quiet {
+        eprintln!("calibrating draft lengths on {} (once per model, drafter and adapter; cached in {})", key.adapter, path.display());
+    }
+    let costs = pollster::block_on(session.calibrate(domino_runtime::speculative::CALIBRATION_REPS, key.use_head))?;
+    let file = CalibrationFile { key: key.clone(), costs: costs.clone() };
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Ok(json) = serde_json::to_vec_pretty(&file) {
+        // Write then rename, so a concurrent run never reads half a file.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, json).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+    Ok(costs)
+}

@@ -1,0 +1,290 @@
+//! How many drafts each speculative round verifies (`--draft-len auto|N`).
+//!
+//! A Domino/DFlash drafter drafts its whole block in one pass, but a round may verify any prefix of
+//! it: k drafts, 0 <= k <= block_size - 1, where k = 0 is a plain decode step (no draft pass). `auto`
+//! picks the k that maximises expected committed tokens per second:
+//! - cost: `RoundCosts`, seconds of a whole round as a function of k on this adapter, measured by a
+//!   calibration (cached per model and adapter by the caller) and refined online from every round;
+//! - gain: `AcceptanceModel`, per-position conditional acceptance rates estimated online with a prior
+//!   and exponential forgetting, so a drafter that stops matching the text is quickly drafted less;
+//! - probing: after a run of plain steps the scheduler drafts again (with backoff), so it can return
+//!   to drafting when acceptance recovers.
+//!
+//! Whatever k is, the output is exactly the plain output (greedy) or the target distribution
+//! (sampling): k only decides how much of the block the target verifies.
+
+use serde::{Deserialize, Serialize};
+
+/// `--draft-len`: `auto` or a fixed k.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DraftLen {
+    #[default]
+    Auto,
+    Fixed(usize),
+}
+
+impl DraftLen {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(Self::Auto);
+        }
+        s.parse().map(Self::Fixed).map_err(|_| format!("--draft-len: expected 'auto' or a number of drafts, got '{s}'"))
+    }
+}
+
+impl std::fmt::Display for DraftLen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Auto => write!(f, "auto"),
+            Self::Fixed(k) => write!(f, "{k}"),
+        }
+    }
+}
+
+/// Seconds of one round with k drafts, k = 0..=max_k (`seconds[k]`): draft pass (none for k = 0)
+/// plus the (k + 1)-row verify and acceptance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundCosts {
+    pub seconds: Vec<f64>,
+}
+
+/// Weight of a new round time in the running estimate of its k.
+const COST_SMOOTHING: f64 = 0.2;
+
+impl RoundCosts {
+    pub fn max_k(&self) -> usize {
+        self.seconds.len().saturating_sub(1)
+    }
+
+    /// Fold in a measured round time for k (exponential moving average; outliers above 3x the
+    /// estimate, such as a page fault or another process, are clipped).
+    pub fn observe(&mut self, k: usize, seconds: f64) {
+        if let Some(c) = self.seconds.get_mut(k) {
+            let s = seconds.min(3.0 * *c).max(0.0);
+            *c += COST_SMOOTHING * (s - *c);
+        }
+    }
+}
+
+/// Decayed counts per draft position i (1-based in the docs, 0-based here): how often position i was
+/// verified with every earlier draft accepted (`tried`), and how often it was accepted (`accepted`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceptanceModel {
+    tried: Vec<f64>,
+    accepted: Vec<f64>,
+    prior_rate: f64,
+    prior_weight: f64,
+    forgetting: f64,
+}
+
+impl AcceptanceModel {
+    /// `prior_rate` counts as `prior_weight` observations at each position; each round multiplies the
+    /// old counts by `forgetting` (0.9 keeps about the last ten rounds).
+    pub fn new(max_k: usize, prior_rate: f64, prior_weight: f64, forgetting: f64) -> Self {
+        Self { tried: vec![0.0; max_k], accepted: vec![0.0; max_k], prior_rate, prior_weight, forgetting }
+    }
+
+    /// P(draft i accepted | drafts before it accepted).
+    pub fn rate(&self, i: usize) -> f64 {
+        (self.accepted[i] + self.prior_rate * self.prior_weight) / (self.tried[i] + self.prior_weight)
+    }
+
+    /// Expected committed tokens of a round with k drafts: 1 + sum over j <= k of P(first j accepted).
+    pub fn expected_tokens(&self, k: usize) -> f64 {
+        let (mut total, mut all) = (1.0, 1.0);
+        for i in 0..k.min(self.tried.len()) {
+            all *= self.rate(i);
+            total += all;
+        }
+        total
+    }
+
+    /// A round verified k drafts and accepted `accepted` of them. The positions it observed forget
+    /// at `forgetting` per round; the others age slowly (`UNSEEN_FORGETTING`), so a position judged
+    /// useless is retried now and then rather than at once or never.
+    pub fn observe(&mut self, k: usize, accepted: usize) {
+        let observed = k.min(accepted + 1).min(self.tried.len());
+        for i in 0..self.tried.len() {
+            let f = if i < observed { self.forgetting } else { UNSEEN_FORGETTING };
+            self.tried[i] *= f;
+            self.accepted[i] *= f;
+        }
+        for i in 0..observed {
+            self.tried[i] += 1.0;
+            if i < accepted {
+                self.accepted[i] += 1.0;
+            }
+        }
+    }
+
+    /// Forget the session's evidence (a probe starts again from the prior).
+    pub fn reset(&mut self) {
+        self.tried.iter_mut().for_each(|t| *t = 0.0);
+        self.accepted.iter_mut().for_each(|a| *a = 0.0);
+    }
+}
+
+/// Per-round forgetting of positions a round did not observe.
+const UNSEEN_FORGETTING: f64 = 0.98;
+
+/// Plain steps before the first probe, and the longest wait between probes.
+const PROBE_FIRST: usize = 8;
+const PROBE_MAX: usize = 128;
+
+/// The per-round choice of k.
+#[derive(Debug, Clone)]
+pub struct DraftScheduler {
+    mode: DraftLen,
+    pub costs: RoundCosts,
+    pub acceptance: AcceptanceModel,
+    plain_streak: usize,
+    probe_interval: usize,
+}
+
+impl DraftScheduler {
+    /// `costs.max_k()` is the block's draft count (block_size - 1).
+    pub fn new(mode: DraftLen, costs: RoundCosts) -> Self {
+        let max_k = costs.max_k();
+        // An optimistic prior (a session starts by drafting and learns), worth one round, and
+        // forgetting 0.9 (about the last ten rounds count).
+        let acceptance = AcceptanceModel::new(max_k, 0.8, 1.0, 0.9);
+        Self { mode, costs, acceptance, plain_streak: 0, probe_interval: PROBE_FIRST }
+    }
+
+    /// The k that maximises expected tokens per second under the current estimates.
+    pub fn best_k(&self) -> usize {
+        let mut best = (0, self.acceptance.expected_tokens(0) / self.costs.seconds[0].max(1e-12));
+        for k in 1..=self.costs.max_k() {
+            let rate = self.acceptance.expected_tokens(k) / self.costs.seconds[k].max(1e-12);
+            if rate > best.1 {
+                best = (k, rate);
+            }
+        }
+        best.0
+    }
+
+    /// Drafts to verify in the next round.
+    pub fn next_k(&mut self) -> usize {
+        let max_k = self.costs.max_k();
+        match self.mode {
+            DraftLen::Fixed(k) => k.min(max_k),
+            DraftLen::Auto => {
+                let k = self.best_k();
+                if k > 0 || max_k == 0 {
+                    return k;
+                }
+                if self.plain_streak < self.probe_interval {
+                    return 0;
+                }
+                // Probe: forget the evidence that made drafting look useless and draft as the prior
+                // suggests (at least one). If the probe fails, the next one waits twice as long.
+                self.acceptance.reset();
+                self.probe_interval = (self.probe_interval * 2).min(PROBE_MAX);
+                self.best_k().max(1)
+            }
+        }
+    }
+
+    /// The round verified k drafts, accepted `accepted` of them, and took `seconds` in all.
+    pub fn observe(&mut self, k: usize, accepted: usize, seconds: f64) {
+        self.costs.observe(k, seconds);
+        if k == 0 {
+            self.plain_streak += 1;
+            return;
+        }
+        self.acceptance.observe(k, accepted);
+        self.plain_streak = 0;
+        if accepted > 0 {
+            // The drafter hits again: probe quickly the next time drafting stops paying.
+            self.probe_interval = PROBE_FIRST;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CPU-adapter-like cost table: a 1-row pass 1.0, a draft pass 0.5, each extra verify row 0.25.
+    fn costs(max_k: usize) -> RoundCosts {
+        RoundCosts { seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.25 * k as f64 }).collect() }
+    }
+
+    fn run(s: &mut DraftScheduler, rounds: usize, accept: impl Fn(usize) -> usize) -> Vec<usize> {
+        (0..rounds)
+            .map(|_| {
+                let k = s.next_k();
+                let a = accept(k).min(k);
+                let t = s.costs.seconds[k];
+                s.observe(k, a, t);
+                k
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_useless_drafter_is_drafted_less_until_plain_decoding() {
+        let mut s = DraftScheduler::new(DraftLen::Auto, costs(7));
+        let ks = run(&mut s, 300, |_| 0);
+        assert!(ks[20..].iter().filter(|&&k| k == 0).count() >= 270, "{ks:?}");
+        // Probes still happen, ever more rarely.
+        let probes: Vec<usize> = ks.iter().enumerate().filter(|(i, &k)| *i > 20 && k > 0).map(|(i, _)| i).collect();
+        assert!(!probes.is_empty() && probes.len() <= 6, "{probes:?}");
+    }
+
+    #[test]
+    fn a_perfect_drafter_gets_the_full_block() {
+        let mut s = DraftScheduler::new(DraftLen::Auto, costs(7));
+        let ks = run(&mut s, 50, |k| k);
+        assert!(ks[5..].iter().all(|&k| k == 7), "{ks:?}");
+    }
+
+    #[test]
+    fn drafting_resumes_when_acceptance_recovers() {
+        let mut s = DraftScheduler::new(DraftLen::Auto, costs(7));
+        run(&mut s, 100, |_| 0);
+        let ks = run(&mut s, 400, |k| k);
+        let first = ks.iter().position(|&k| k > 0).unwrap();
+        assert!(first <= 128, "no probe within 128 rounds: {ks:?}");
+        assert!(ks[first + 5..].iter().all(|&k| k == 7), "{ks:?}");
+    }
+
+    #[test]
+    fn the_choice_follows_costs_and_per_position_rates() {
+        // Drafts 1-3 always accepted, never the 4th: with these costs 3 drafts is best.
+        let mut s = DraftScheduler::new(DraftLen::Auto, costs(7));
+        let ks = run(&mut s, 60, |k| k.min(3));
+        // Mostly 3, with a retry of the 4th draft now and then (its evidence ages).
+        let threes = ks[30..].iter().filter(|&&k| k == 3).count();
+        assert!(threes >= 24 && ks[30..].iter().all(|&k| (3..=4).contains(&k)), "{ks:?}");
+        // On a GPU-like table (verify rows almost free) the same drafter is drafted at least as far as
+        // it is accepted; longer drafts cost almost nothing there, so the scheduler may keep them.
+        let gpu = RoundCosts { seconds: (0..=7).map(|k| if k == 0 { 1.0 } else { 1.1 + 0.01 * k as f64 }).collect() };
+        let mut s = DraftScheduler::new(DraftLen::Auto, gpu);
+        let ks = run(&mut s, 60, |k| k.min(3));
+        assert!(ks[30..].iter().all(|&k| k >= 3), "{ks:?}");
+    }
+
+    #[test]
+    fn fixed_lengths_are_kept_and_capped() {
+        let mut s = DraftScheduler::new(DraftLen::Fixed(3), costs(7));
+        assert!(run(&mut s, 10, |_| 0).iter().all(|&k| k == 3));
+        let mut s = DraftScheduler::new(DraftLen::Fixed(99), costs(7));
+        assert_eq!(s.next_k(), 7);
+        assert_eq!(DraftLen::parse("auto"), Ok(DraftLen::Auto));
+        assert_eq!(DraftLen::parse("4"), Ok(DraftLen::Fixed(4)));
+        assert!(DraftLen::parse("x").is_err());
+    }
+
+    #[test]
+    fn expected_tokens_multiply_conditional_rates() {
+        let mut m = AcceptanceModel::new(3, 0.5, 0.0001, 1.0);
+        // (UNSEEN_FORGETTING ages position 3's nonexistent evidence: it keeps the prior.)
+        for _ in 0..100 {
+            m.observe(3, 1); // first accepted, second rejected, third never seen
+        }
+        assert!((m.rate(0) - 1.0).abs() < 1e-3 && m.rate(1) < 1e-3);
+        assert!((m.expected_tokens(3) - 2.0).abs() < 1e-2);
+        assert!((m.rate(2) - 0.5).abs() < 1e-9, "unseen positions keep the prior");
+    }
+}
