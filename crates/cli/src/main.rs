@@ -179,7 +179,30 @@ fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// EGL (wgpu probes its GL backend in every command) prints "error: XDG_RUNTIME_DIR is invalid or not
+/// set in the environment." twice where no desktop session set one. Give it a private runtime folder
+/// (mode 0700, as the XDG spec asks) before any thread starts, so a successful run prints no error.
+#[cfg(target_os = "linux")]
+fn ensure_xdg_runtime_dir() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir()) {
+        return;
+    }
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else { return };
+    let dir = std::env::temp_dir().join(format!("domino-runtime-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    // Only a folder of our own, private to us, will do.
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() && m.uid() == uid && m.permissions().mode() & 0o077 == 0 => std::env::set_var("XDG_RUNTIME_DIR", &dir),
+        _ => {}
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn ensure_xdg_runtime_dir() {}
+
 fn main() -> ExitCode {
+    ensure_xdg_runtime_dir();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Devices(a) => devices::run(a),

@@ -318,3 +318,18 @@ fn gpu_kernels_offer_the_parallelism_of_a_gpu_at_qwen3_8b_shapes() {
     // q/k/v, o_proj, gate/up, down and the lm_head.
     assert_eq!(matmuls, 5);
 }
+
+/// A successful run prints no line starting with "error", even without XDG_RUNTIME_DIR (EGL's
+/// warning from the GL backend's probing is avoided by the CLI giving it a private runtime folder).
+#[test]
+fn successful_runs_print_no_error_lines_without_xdg_runtime_dir() {
+    let spec = TinySpec::default();
+    let dir = tiny(&spec);
+    let m = dir.path().to_str().unwrap();
+    for args in [vec!["devices"], vec!["generate", "--model", m, "--prompt-ids", "1,2,3", "--max-tokens", "4"], vec!["generate", "--model", m, "--prompt-ids", "1,2,3", "--max-tokens", "4", "--backend", "gl"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_domino")).args(&args).env_remove("XDG_RUNTIME_DIR").output().expect("run domino");
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.lines().any(|l| l.trim_start().to_lowercase().starts_with("error")), "{args:?}: {stderr}");
+    }
+}
