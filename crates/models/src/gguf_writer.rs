@@ -158,6 +158,12 @@ fn gguf_name(hf: &str) -> String {
 /// The tiny model of `spec` as a GGUF file (architecture llama without q/k norms, qwen3 with them),
 /// matrices in `matrix_dtype`, norms in F32, with the tiny byte-level tokenizer in the metadata.
 pub fn write_tiny_gguf(path: &Path, spec: &TinySpec, matrix_dtype: HostDType) -> Result<()> {
+    write_tiny_gguf_with(path, spec, &|_| matrix_dtype)
+}
+
+/// As `write_tiny_gguf`, with each matrix's type chosen by its Hugging Face name (mixed-type files
+/// such as llama.cpp's Q4_K_M, which keeps some tensors in a wider type).
+pub fn write_tiny_gguf_with(path: &Path, spec: &TinySpec, matrix_dtype: &dyn Fn(&str) -> HostDType) -> Result<()> {
     let arch = if spec.qk_norm { "qwen3" } else { "llama" };
     let s = |v: &str| GgufValue::String(v.into());
     let u = |v: usize| GgufValue::U32(v as u32);
@@ -202,7 +208,7 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinySpec, matrix_dtype: HostDType) ->
                 values = llama_cpp_permute(&values, spec.kv_heads, shape[1]);
             }
         }
-        let dtype = if shape.len() == 1 { HostDType::F32 } else { matrix_dtype };
+        let dtype = if shape.len() == 1 { HostDType::F32 } else { matrix_dtype(&name) };
         tensors.push(GgufTensor { name: gguf_name(&name), ggml_type: ggml_type(dtype), data: encode(dtype, &values), shape });
     }
     std::fs::write(path, gguf_bytes(&metadata, &tensors)).map_err(|e| ModelError::Io { path: path.into(), source: e })

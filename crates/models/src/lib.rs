@@ -2,6 +2,7 @@
 //! sharded, memory-mapped), GGUF (metadata, quantized tensors, tokenizer), the tokenizer and chat
 //! template, and the Qwen3/Llama forward built on domino-engine.
 
+pub mod batch;
 pub mod checkpoint;
 pub mod config;
 pub mod drafter;

@@ -1,12 +1,14 @@
 //! The Domino scheduler: generation sessions, KV-cache bookkeeping, sampling and statistics.
 //! Async and thread-free, so the same code runs natively (driven by pollster) and in the browser.
 
+pub mod batch;
 pub mod clock;
 pub mod draft_len;
 pub mod error;
 pub mod session;
 pub mod speculative;
 
+pub use batch::{BatchEvent, Batcher, SequenceId, BATCH_MAX_ROWS};
 pub use draft_len::{DraftLen, DraftScheduler, RoundCosts};
 pub use error::{Result, RuntimeError};
 pub use speculative::{SpeculativeOptions, SpeculativeSession, SpeculativeStats};

@@ -1,0 +1,316 @@
+//! `domino serve` end to end over HTTP: the OpenAI shapes (non-streamed and SSE), exact greedy
+//! output equal to `domino generate --chat`, the same output alone and among 7 concurrent requests,
+//! errors in OpenAI's shape (400, 401, 404, 429), a client that disconnects mid-stream freeing its
+//! sequence, SIGTERM finishing a running stream and exiting 0, and the official `openai` Python
+//! client (scripts/openai-client-test.py).
+
+use domino_models::testing::{write_tiny_model, TinySpec};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn backends() -> Vec<String> {
+    match std::env::var("DOMINO_TEST_BACKENDS") {
+        Ok(v) => v.split(',').map(str::to_string).filter(|s| !s.is_empty()).collect(),
+        Err(_) => vec!["vulkan".into(), "gl".into()],
+    }
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(model: &Path, backend: &str, extra: &[&str]) -> Self {
+        let mut args = vec!["serve", "--model", model.to_str().unwrap(), "--port", "0", "--backend", backend, "--dtype", "f32"];
+        args.extend_from_slice(extra);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_domino"))
+            .args(&args)
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start domino serve");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| panic!("domino serve did not start ({args:?})"));
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let url = rest.split_whitespace().next().unwrap().to_string();
+                return Self { child, url, stderr: rx };
+            }
+            assert!(!line.starts_with("error"), "domino serve failed: {line}");
+        }
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_with(path, body, None)
+    }
+
+    fn post_with(&self, path: &str, body: &Value, key: Option<&str>) -> (u16, Value) {
+        let mut req = ureq::post(&format!("{}{path}", self.url)).set("content-type", "application/json");
+        if let Some(k) = key {
+            req = req.set("authorization", &format!("Bearer {k}"));
+        }
+        match req.send_string(&body.to_string()) {
+            Ok(r) => (r.status(), r.into_json().unwrap()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+            Err(e) => panic!("POST {path}: {e}"),
+        }
+    }
+
+    fn get_text(&self, path: &str) -> (u16, String) {
+        match ureq::get(&format!("{}{path}", self.url)).call() {
+            Ok(r) => (r.status(), r.into_string().unwrap()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => panic!("GET {path}: {e}"),
+        }
+    }
+
+    /// The data lines of a streamed request, parsed (`[DONE]` as the string "[DONE]").
+    fn stream(&self, path: &str, body: &Value) -> Vec<Value> {
+        let r = ureq::post(&format!("{}{path}", self.url)).set("content-type", "application/json").send_string(&body.to_string()).expect("stream");
+        assert!(r.header("content-type").unwrap_or("").starts_with("text/event-stream"));
+        sse_events(r.into_reader())
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self.get_text("/metrics");
+        text.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or_else(|| panic!("no metric {name} in {text}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sse_events(reader: impl Read) -> Vec<Value> {
+    let mut out = Vec::new();
+    for line in BufReader::new(reader).lines().map_while(Result::ok) {
+        if let Some(data) = line.strip_prefix("data: ") {
+            out.push(if data == "[DONE]" { json!("[DONE]") } else { serde_json::from_str(data).unwrap() });
+        }
+    }
+    out
+}
+
+fn chat_body(text: &str, max_tokens: u32) -> Value {
+    json!({"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "temperature": 0})
+}
+
+fn tiny_model() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), &TinySpec { embed_scale: 4.0, max_position: 256, ..TinySpec::default() }).unwrap();
+    dir
+}
+
+fn generate_chat_text(model: &Path, backend: &str, prompt: &str, max_tokens: u32) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_domino"))
+        .args(["generate", "--model", model.to_str().unwrap(), "--chat", "--prompt", prompt, "--max-tokens", &max_tokens.to_string(), "--json", "--dtype", "f32", "--backend", backend])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["text"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn serve_speaks_openai_and_batches_exactly() {
+    let model = tiny_model();
+    for backend in backends() {
+        let server = Server::start(model.path(), &backend, &["--max-batch", "8", "--context", "128"]);
+        assert_eq!(server.get_text("/health"), (200, json!({"status": "ok"}).to_string()));
+        let (code, models) = server.get_text("/v1/models");
+        assert_eq!(code, 200);
+        let models: Value = serde_json::from_str(&models).unwrap();
+        assert_eq!(models["object"], "list");
+        assert_eq!(models["data"][0]["object"], "model");
+
+        // Non-streamed: the chat.completion object, with exactly `generate --chat`'s greedy text.
+        let (code, v) = server.post("/v1/chat/completions", &chat_body("hello there", 20));
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["object"], "chat.completion");
+        assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+        assert_eq!(text, generate_chat_text(model.path(), &backend, "hello there", 20), "{backend}: serve vs generate");
+        assert_eq!(v["usage"]["completion_tokens"], 20);
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+        assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+        assert_eq!(v["usage"]["total_tokens"], v["usage"]["prompt_tokens"].as_u64().unwrap() + 20);
+
+        // Streamed: role, content deltas, finish reason, usage, [DONE]; the same text.
+        let mut body = chat_body("hello there", 20);
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let events = server.stream("/v1/chat/completions", &body);
+        assert_eq!(events.last().unwrap(), "[DONE]");
+        assert_eq!(events[0]["object"], "chat.completion.chunk");
+        assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");
+        let streamed: String = events.iter().filter_map(|e| e["choices"][0]["delta"]["content"].as_str()).collect();
+        assert_eq!(streamed, text);
+        let finish = &events[events.len() - 3];
+        assert_eq!(finish["choices"][0]["finish_reason"], "length");
+        let usage = &events[events.len() - 2];
+        assert_eq!(usage["choices"], json!([]));
+        assert_eq!(usage["usage"]["completion_tokens"], 20);
+
+        // The same request alone and among 7 others (different prompts, lengths, sampling).
+        let prompts: Vec<String> = (0..8).map(|i| format!("request number {i} {}", "abc ".repeat(i * 3))).collect();
+        let alone: Vec<Value> = prompts.iter().map(|p| server.post("/v1/chat/completions", &chat_body(p, 24)).1).collect();
+        let together: Vec<Value> = std::thread::scope(|s| {
+            let handles: Vec<_> = prompts.iter().map(|p| s.spawn(|| server.post("/v1/chat/completions", &chat_body(p, 24)).1)).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (a, t) in alone.iter().zip(&together) {
+            assert_eq!(a["choices"][0]["message"]["content"], t["choices"][0]["message"]["content"], "{backend}: batched output differs from alone");
+        }
+        assert!(server.metric("domino_steps_total") > 0.0);
+
+        // /v1/completions with a stop sequence: the text ends before it, finish_reason stop.
+        let (code, plain) = server.post("/v1/completions", &json!({"prompt": "once upon a time", "max_tokens": 16, "temperature": 0}));
+        assert_eq!(code, 200, "{plain}");
+        assert_eq!(plain["object"], "text_completion");
+        let full = plain["choices"][0]["text"].as_str().unwrap().to_string();
+        let stop: String = full.chars().skip(3).take(2).collect();
+        if !stop.trim().is_empty() {
+            let (_, cut) = server.post("/v1/completions", &json!({"prompt": "once upon a time", "max_tokens": 16, "temperature": 0, "stop": [stop.clone()]}));
+            let want = &full[..full.find(&stop).unwrap()];
+            assert_eq!(cut["choices"][0]["text"], want, "stop {stop:?}");
+            assert_eq!(cut["choices"][0]["finish_reason"], "stop");
+        }
+
+        // Seeded sampling reproduces.
+        let sampled = |seed: u64| server.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, "temperature": 1.0, "seed": seed})).1["choices"][0]["message"]["content"].clone();
+        assert_eq!(sampled(7), sampled(7));
+    }
+}
+
+#[test]
+fn serve_errors_have_openai_shape() {
+    let model = tiny_model();
+    let backend = &backends()[0];
+    let server = Server::start(model.path(), backend, &["--max-batch", "1", "--max-queue", "1", "--context", "64", "--api-key", "sekrit"]);
+    let key = Some("sekrit");
+    let check = |code: u16, v: &Value, want: u16| {
+        assert_eq!(code, want, "{v}");
+        for field in ["message", "type", "param", "code"] {
+            assert!(v["error"].get(field).is_some(), "error object lacks {field}: {v}");
+        }
+    };
+    let (code, v) = server.post_with("/v1/chat/completions", &chat_body("hi", 4), None);
+    check(code, &v, 401);
+    let (code, v) = server.post_with("/v1/chat/completions", &chat_body("hi", 4), Some("wrong"));
+    check(code, &v, 401);
+    let r = ureq::post(&format!("{}/v1/chat/completions", server.url)).set("authorization", "Bearer sekrit").send_string("{not json");
+    match r {
+        Err(ureq::Error::Status(400, r)) => check(400, &r.into_json().unwrap(), 400),
+        other => panic!("bad JSON: {other:?}"),
+    }
+    let (code, v) = server.post_with("/v1/chat/completions", &json!({"messages": "hello"}), key);
+    check(code, &v, 400);
+    let mut body = chat_body("hi", 4);
+    body["n"] = json!(2);
+    let (code, v) = server.post_with("/v1/chat/completions", &body, key);
+    check(code, &v, 400);
+    assert_eq!(v["error"]["param"], "n");
+    // Over the context: refused before any work.
+    let (code, v) = server.post_with("/v1/chat/completions", &chat_body(&"word ".repeat(80), 4), key);
+    check(code, &v, 400);
+    let (code, v) = server.post_with("/v1/chat/completions", &chat_body("hi", 60), key);
+    check(code, &v, 400);
+    let (code, body) = server.get_text("/v2/nothing");
+    check(code, &serde_json::from_str(&body).unwrap(), 404);
+    // One slot and a queue of one: a burst of 16 gets some 429s, and every other request completes.
+    let codes: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16).map(|_| s.spawn(|| server.post_with("/v1/chat/completions", &chat_body("hello", 40), key))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).map(|(c, v)| {
+            if c == 429 {
+                check(c, &v, 429);
+            }
+            c
+        }).collect()
+    });
+    assert!(codes.iter().all(|&c| c == 200 || c == 429), "{codes:?}");
+    assert!(codes.contains(&429), "a burst of 16 over 1 slot + 1 queue place must see 429: {codes:?}");
+    assert!(codes.contains(&200), "{codes:?}");
+}
+
+#[test]
+fn disconnect_frees_the_sequence_and_sigterm_exits_cleanly() {
+    let model = tiny_model();
+    let backend = &backends()[0];
+    let mut server = Server::start(model.path(), backend, &["--max-batch", "2", "--context", "256"]);
+    // A streaming client that reads two events and hangs up.
+    let mut body = chat_body("tell me everything", 200);
+    body["stream"] = json!(true);
+    {
+        let r = ureq::post(&format!("{}/v1/chat/completions", server.url)).send_string(&body.to_string()).unwrap();
+        let mut lines = BufReader::new(r.into_reader()).lines();
+        let mut seen = 0;
+        while seen < 2 {
+            if lines.next().unwrap().unwrap().starts_with("data: ") {
+                seen += 1;
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.metric("domino_active_sequences") > 0.0 || server.metric("domino_requests_total{status=\"cancelled\"}") < 1.0 {
+        assert!(Instant::now() < deadline, "the disconnected stream's sequence was not freed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(server.metric("domino_generated_tokens_total") < 200.0, "the abandoned request ran to its end");
+
+    // SIGTERM during a stream: the stream still ends with [DONE], then the process exits 0.
+    let url = server.url.clone();
+    let mut body = chat_body("a long answer please", 120);
+    body["stream"] = json!(true);
+    let reader = std::thread::spawn(move || {
+        let r = ureq::post(&format!("{url}/v1/chat/completions")).send_string(&body.to_string()).unwrap();
+        sse_events(r.into_reader())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let events = reader.join().unwrap();
+    assert_eq!(events.last().unwrap(), "[DONE]", "{events:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "serve did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status:?}");
+    let stderr: Vec<String> = server.stderr.try_iter().collect();
+    assert!(!stderr.iter().any(|l| l.starts_with("error") || l.contains("panicked")), "{stderr:?}");
+}
+
+#[test]
+fn the_official_openai_python_client_works() {
+    let python_has_openai = Command::new("python3").args(["-c", "import openai"]).status().is_ok_and(|s| s.success());
+    if !python_has_openai {
+        assert!(std::env::var("CI").is_err(), "CI must have the openai Python package (scripts/setup.sh --test installs it)");
+        eprintln!("skipping: the openai Python package is not installed (pip install openai)");
+        return;
+    }
+    let model = tiny_model();
+    let server = Server::start(model.path(), &backends()[0], &["--max-batch", "4", "--context", "128"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/openai-client-test.py");
+    let out = Command::new("python3").arg(script).arg(&server.url).output().unwrap();
+    assert!(out.status.success(), "openai client test failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}

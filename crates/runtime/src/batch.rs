@@ -1,0 +1,269 @@
+//! Continuous batching: many sequences share each step.
+//!
+//! A `Batcher` owns a fixed number of slots (one KV cache each). Every `step` is one submission:
+//! one decode row for each sequence that is generating, plus prompt chunks of newly admitted
+//! sequences in the rows left over (prefill happens between and beside other sequences' decode
+//! steps, never blocking them for a whole prompt). A finished or cancelled sequence frees its slot
+//! at once; the next admitted one reuses it (a length reset, nothing cleared).
+//!
+//! Output is exact: the batched pass is batch-invariant (see `domino_models::batch`), the draws are
+//! numbered by position as in `Session`, so a request's tokens are those `Session::generate` gives
+//! for it alone, greedy or seeded, whatever else is running.
+
+use crate::clock::now;
+use crate::error::{Result, RuntimeError};
+use crate::session::{validate_prompt, GenerateOptions, Generation, GenerationStats, StopReason};
+use domino_models::batch::{BatchState, Segment};
+use domino_models::Qwen3Model;
+use domino_engine::Step;
+
+/// Names a sequence for its whole life (slots are reused; ids are not).
+pub type SequenceId = u64;
+
+/// Default activation rows per step (decode rows + prefill chunk rows).
+pub const BATCH_MAX_ROWS: usize = 64;
+
+/// What a step produced for one sequence.
+#[derive(Debug, Clone)]
+pub enum BatchEvent {
+    /// A new token of sequence `id` (streamed in order; the last one may be a stop token).
+    Token { id: SequenceId, token: u32 },
+    /// Sequence `id` is done and its slot is free.
+    Finished { id: SequenceId, generation: Generation },
+}
+
+struct Active {
+    id: SequenceId,
+    prompt: Vec<u32>,
+    opts: GenerateOptions,
+    /// Prompt rows already in the KV cache.
+    prefilled: usize,
+    output: Vec<u32>,
+    admitted_at: f64,
+    first_token_at: Option<f64>,
+}
+
+impl Active {
+    fn prefilling(&self) -> bool {
+        self.prefilled < self.prompt.len()
+    }
+
+    fn finish(self, stop_reason: StopReason) -> BatchEvent {
+        let end = now();
+        let first = self.first_token_at.unwrap_or(end);
+        let prefill_seconds = first - self.admitted_at;
+        let decode_seconds = end - first;
+        let decoded = self.output.len().saturating_sub(1);
+        let stats = GenerationStats {
+            prompt_tokens: self.prompt.len(),
+            generated_tokens: self.output.len(),
+            prefill_seconds,
+            decode_seconds,
+            prefill_tokens_per_s: self.prompt.len() as f64 / prefill_seconds.max(1e-9),
+            decode_tokens_per_s: if decoded > 0 { decoded as f64 / decode_seconds.max(1e-9) } else { 0.0 },
+            time_to_first_token_s: prefill_seconds,
+        };
+        BatchEvent::Finished { id: self.id, generation: Generation { prompt_ids: self.prompt, output_ids: self.output, stop_reason, stats } }
+    }
+}
+
+/// What one step ran, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepShape {
+    pub decode_rows: usize,
+    pub prefill_rows: usize,
+}
+
+pub struct Batcher<'m> {
+    model: &'m Qwen3Model,
+    state: BatchState,
+    slots: Vec<Option<Active>>,
+    next_id: SequenceId,
+    /// Sequences admitted with max_tokens = 0: finished at the next step without GPU work.
+    empty: Vec<Active>,
+    last_shape: StepShape,
+}
+
+impl<'m> Batcher<'m> {
+    /// `slots` concurrent sequences of up to `capacity` positions each, steps of up to `max_rows` rows.
+    pub fn new(model: &'m Qwen3Model, slots: usize, capacity: usize, max_rows: usize) -> Result<Self> {
+        let max_pos = model.config.max_position_embeddings;
+        if capacity > max_pos {
+            return Err(RuntimeError::ContextOverflow { prompt: capacity, max_tokens: 0, context: max_pos, limit: "max_position_embeddings" });
+        }
+        if slots == 0 || max_rows < slots {
+            return Err(RuntimeError::Unsupported(format!("a batch of {slots} sequences needs 1..={max_rows} slots (rows per step)")));
+        }
+        let state = model.new_batch_state(slots, capacity, max_rows)?;
+        Ok(Self { model, state, slots: (0..slots).map(|_| None).collect(), next_id: 0, empty: Vec::new(), last_shape: StepShape::default() })
+    }
+
+    pub fn model(&self) -> &'m Qwen3Model {
+        self.model
+    }
+
+    /// Positions per sequence (prompt + generated tokens).
+    pub fn capacity(&self) -> usize {
+        self.state.capacity
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Sequences holding a slot (prefilling or generating).
+    pub fn active(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    pub fn has_free_slot(&self) -> bool {
+        self.slots.iter().any(Option::is_none)
+    }
+
+    /// Whether a step would do anything.
+    pub fn is_idle(&self) -> bool {
+        self.active() == 0 && self.empty.is_empty()
+    }
+
+    pub fn last_step(&self) -> StepShape {
+        self.last_shape
+    }
+
+    /// Check a request against the vocabulary and the context before it takes a slot.
+    pub fn validate(&self, prompt: &[u32], max_tokens: usize) -> Result<()> {
+        validate_prompt(self.model, prompt, max_tokens, self.capacity())
+    }
+
+    /// Give a request a slot; its prompt is prefilled by the next steps. Errors when the request is
+    /// invalid or no slot is free (the caller queues it).
+    pub fn admit(&mut self, prompt: Vec<u32>, opts: GenerateOptions) -> Result<SequenceId> {
+        self.validate(&prompt, opts.max_tokens)?;
+        let id = self.next_id;
+        let active = Active { id, prompt, opts, prefilled: 0, output: Vec::new(), admitted_at: now(), first_token_at: None };
+        if active.opts.max_tokens == 0 {
+            self.next_id += 1;
+            self.empty.push(active);
+            return Ok(id);
+        }
+        let slot = self.slots.iter().position(Option::is_none).ok_or_else(|| RuntimeError::Unsupported(format!("all {} sequence slots are busy", self.slots.len())))?;
+        self.model.gpu.write(&self.state.slots[slot].ids, 0, &active.prompt);
+        self.next_id += 1;
+        self.slots[slot] = Some(active);
+        Ok(id)
+    }
+
+    /// Stop a sequence now and free its slot; returns what it generated (stop reason `Cancelled`).
+    pub fn cancel(&mut self, id: SequenceId) -> Option<Generation> {
+        let slot = self.slots.iter().position(|s| s.as_ref().is_some_and(|a| a.id == id))?;
+        match self.slots[slot].take()?.finish(StopReason::Cancelled) {
+            BatchEvent::Finished { generation, .. } => Some(generation),
+            BatchEvent::Token { .. } => None,
+        }
+    }
+
+    /// Drop every sequence (after a GPU error): returns their ids so the caller can fail them.
+    pub fn abort_all(&mut self) -> Vec<SequenceId> {
+        let mut ids: Vec<SequenceId> = self.slots.iter_mut().filter_map(|s| s.take().map(|a| a.id)).collect();
+        ids.extend(self.empty.drain(..).map(|a| a.id));
+        ids
+    }
+
+    /// One submission: a decode row per generating sequence, then prompt chunks in the rows left.
+    /// Returns the new tokens and the sequences that finished, in slot order.
+    pub async fn step(&mut self) -> Result<Vec<BatchEvent>> {
+        let mut events: Vec<BatchEvent> = self.empty.drain(..).map(|a| a.finish(StopReason::MaxTokens)).collect();
+        let segments = self.plan();
+        self.last_shape = StepShape {
+            decode_rows: segments.iter().filter(|s| !s.prefill).count(),
+            prefill_rows: segments.iter().filter(|s| s.prefill).map(|s| s.seg.n_rows as usize).sum(),
+        };
+        if segments.is_empty() {
+            return Ok(events);
+        }
+        let gpu = &self.model.gpu;
+        let mut step = Step::new(gpu);
+        let segs: Vec<Segment> = segments.iter().map(|s| s.seg).collect();
+        let n_logits = self.model.record_batch(&mut step, &self.state, &segs)?;
+        let mut row = 0;
+        for s in &segments {
+            if s.seg.logits {
+                let a = self.slots[s.seg.slot].as_ref().expect("planned slot is active");
+                self.model.record_batch_sample(&mut step, &self.state, row, &a.opts.sampling, s.seg.pos0 + s.seg.n_rows)?;
+                row += 1;
+            }
+        }
+        let bytes = step.submit_and_read(&self.state.out_ids, 0, n_logits as u64 * 4).await?;
+        let tokens: Vec<u32> = bytemuck_u32(&bytes);
+        let mut next_token = tokens.into_iter();
+        let t = now();
+        for s in segments {
+            let slot = s.seg.slot;
+            let a = self.slots[slot].as_mut().expect("planned slot is active");
+            if s.prefill {
+                a.prefilled += s.seg.n_rows as usize;
+            }
+            if !s.seg.logits {
+                continue;
+            }
+            let token = next_token.next().unwrap_or(0);
+            let pos = (s.seg.pos0 + s.seg.n_rows) as usize;
+            a.first_token_at.get_or_insert(t);
+            a.output.push(token);
+            events.push(BatchEvent::Token { id: a.id, token });
+            let stop = if !a.opts.ignore_eos && a.opts.stop_ids.contains(&token) {
+                Some(StopReason::Eos)
+            } else if a.output.len() >= a.opts.max_tokens {
+                Some(StopReason::MaxTokens)
+            } else {
+                None
+            };
+            match stop {
+                Some(reason) => events.push(self.slots[slot].take().expect("active").finish(reason)),
+                // The sampled token is the next step's input: it lives at its position in the slot's ids.
+                None => self.model.gpu.write(&self.state.slots[slot].ids, pos as u64, &[token]),
+            }
+        }
+        Ok(events)
+    }
+
+    /// This step's segments: decode rows first (so their logits rows are x rows 0.., no gather), then
+    /// prompt chunks, oldest request first, while rows remain.
+    fn plan(&self) -> Vec<Planned> {
+        let mut out = Vec::new();
+        for (slot, a) in self.slots.iter().enumerate() {
+            if let Some(a) = a.as_ref().filter(|a| !a.prefilling()) {
+                let pos = (a.prompt.len() + a.output.len() - 1) as u32;
+                out.push(Planned { seg: Segment { slot, pos0: pos, n_rows: 1, logits: true }, prefill: false });
+            }
+        }
+        let mut budget = self.state.max_rows - out.len();
+        let mut waiting: Vec<(usize, &Active)> = self.slots.iter().enumerate().filter_map(|(i, a)| a.as_ref().filter(|a| a.prefilling()).map(|a| (i, a))).collect();
+        waiting.sort_by_key(|(_, a)| a.id);
+        for (slot, a) in waiting {
+            if budget == 0 {
+                break;
+            }
+            let n = (a.prompt.len() - a.prefilled).min(budget);
+            let last = a.prefilled + n == a.prompt.len();
+            out.push(Planned { seg: Segment { slot, pos0: a.prefilled as u32, n_rows: n as u32, logits: last }, prefill: true });
+            budget -= n;
+        }
+        out
+    }
+}
+
+struct Planned {
+    seg: Segment,
+    prefill: bool,
+}
+
+fn bytemuck_u32(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+impl Drop for Batcher<'_> {
+    /// Cached bind groups hold the slots' buffers alive; forget them with the batcher.
+    fn drop(&mut self) {
+        self.model.gpu.clear_bind_groups();
+    }
+}

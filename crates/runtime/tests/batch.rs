@@ -1,0 +1,148 @@
+//! Continuous batching: every request's tokens, greedy or seeded, equal what `Session::generate`
+//! gives for it alone, whatever runs beside it (requests joining mid-flight, slots reused, prompts
+//! longer than one step's rows, a quantized model with separate q/k/v dtypes), on every adapter
+//! configuration; cancellation frees a slot at once; bad requests are refused before they take one.
+
+use domino_engine::testing::test_gpus;
+use domino_engine::{DTypeChoice, HostDType, SamplingConfig, WeightFormat};
+use domino_models::testing::{write_tiny_model, TinySpec};
+use domino_models::{Checkpoint, Qwen3Config, Qwen3Model};
+use domino_runtime::{BatchEvent, Batcher, GenerateOptions, RuntimeError, SequenceId, Session, StopReason};
+use pollster::block_on;
+use std::collections::HashMap;
+
+fn load(spec: &TinySpec) -> (tempfile::TempDir, Qwen3Config, Checkpoint) {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), spec).unwrap();
+    let config = Qwen3Config::from_file(&dir.path().join("config.json")).unwrap();
+    let ckpt = Checkpoint::open(dir.path()).unwrap();
+    (dir, config, ckpt)
+}
+
+/// Eight requests: short and long prompts (one longer than a step's 64 rows), greedy and sampled.
+fn requests(vocab: u32) -> Vec<(Vec<u32>, GenerateOptions)> {
+    (0..8u32)
+        .map(|i| {
+            let len = [3, 9, 1, 17, 100, 5, 33, 2][i as usize];
+            let prompt = (0..len).map(|j| (j * 37 + i * 11 + 1) % vocab).collect();
+            let sampling = if i % 3 == 1 {
+                SamplingConfig { temperature: 0.9, top_k: 0, top_p: 0.95, seed: 1000 + i as u64 }
+            } else {
+                SamplingConfig::greedy()
+            };
+            (prompt, GenerateOptions { max_tokens: 12 + i as usize, sampling, ignore_eos: true, stop_ids: vec![] })
+        })
+        .collect()
+}
+
+/// Runs `reqs` through a batcher of `slots` slots, admitting request i after step `join[i]` (or as
+/// soon as a slot is free after that); returns each request's tokens and checks the stream.
+fn run_batched(model: &Qwen3Model, slots: usize, reqs: &[(Vec<u32>, GenerateOptions)], join: &[usize]) -> Vec<Vec<u32>> {
+    let mut batcher = Batcher::new(model, slots, 160, 64).unwrap();
+    let mut ids: Vec<Option<SequenceId>> = vec![None; reqs.len()];
+    let mut streamed: HashMap<SequenceId, Vec<u32>> = HashMap::new();
+    let mut done: HashMap<SequenceId, Vec<u32>> = HashMap::new();
+    let mut steps = 0;
+    while done.len() < reqs.len() {
+        for (i, (prompt, opts)) in reqs.iter().enumerate() {
+            if ids[i].is_none() && join[i] <= steps && batcher.has_free_slot() {
+                ids[i] = Some(batcher.admit(prompt.clone(), opts.clone()).unwrap());
+            }
+        }
+        for e in block_on(batcher.step()).unwrap() {
+            match e {
+                BatchEvent::Token { id, token } => streamed.entry(id).or_default().push(token),
+                BatchEvent::Finished { id, generation } => {
+                    assert_eq!(generation.stop_reason, StopReason::MaxTokens);
+                    assert_eq!(streamed.get(&id).cloned().unwrap_or_default(), generation.output_ids, "streamed tokens = final tokens");
+                    done.insert(id, generation.output_ids);
+                }
+            }
+        }
+        steps += 1;
+        assert!(steps < 500, "batcher made no progress");
+    }
+    assert!(batcher.is_idle());
+    ids.iter().map(|id| done[&id.unwrap()].clone()).collect()
+}
+
+fn alone(model: &Qwen3Model, reqs: &[(Vec<u32>, GenerateOptions)]) -> Vec<Vec<u32>> {
+    let mut session = Session::new(model, 160).unwrap();
+    reqs.iter().map(|(p, o)| block_on(session.generate(p, o, &mut |_| true)).unwrap().output_ids).collect()
+}
+
+#[test]
+fn batched_requests_equal_each_request_alone() {
+    let spec = TinySpec { embed_scale: 4.0, seed: 31, ..TinySpec::default() };
+    let (_dir, config, ckpt) = load(&spec);
+    let reqs = requests(config.vocab_size as u32);
+    for (name, gpu) in &test_gpus() {
+        for format in [WeightFormat::F32, WeightFormat::F16] {
+            let model = Qwen3Model::load(gpu.clone(), config.clone(), &ckpt, format, &mut |_, _, _| {}).unwrap();
+            let want = alone(&model, &reqs);
+            // All eight at once; then staggered joins; then four slots reused by eight requests.
+            assert_eq!(run_batched(&model, 8, &reqs, &[0; 8]), want, "{name} {format:?}: 8 at once");
+            assert_eq!(run_batched(&model, 8, &reqs, &[0, 3, 3, 5, 0, 9, 1, 20]), want, "{name} {format:?}: staggered");
+            assert_eq!(run_batched(&model, 4, &reqs, &[0; 8]), want, "{name} {format:?}: 4 slots");
+        }
+    }
+}
+
+#[test]
+fn batched_quantized_model_with_separate_qkv_equals_alone() {
+    // Q8_0 at load quantizes q/k/v alike (fused); a GGUF with mixed types takes the separate path,
+    // covered by writing one with the engine's own writer.
+    let spec = TinySpec { embed_scale: 4.0, seed: 32, hidden: 64, ..TinySpec::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mixed.gguf");
+    let q8 = HostDType::Quant(domino_engine::QuantType::Q8_0);
+    domino_models::gguf_writer::write_tiny_gguf_with(&path, &spec, &|name| if name.contains("v_proj") { HostDType::F32 } else { q8 }).unwrap();
+    let files = domino_models::open_model(&path).unwrap();
+    let reqs = requests(files.config.vocab_size as u32);
+    for (name, gpu) in &test_gpus() {
+        let model = Qwen3Model::load_with(gpu.clone(), files.config.clone(), files.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {}).unwrap();
+        assert!(matches!(model.layers[0].qkv, domino_models::qwen3::QkvWeights::Separate { .. }), "the mixed file must load q/k/v separately");
+        let want = alone(&model, &reqs);
+        assert_eq!(run_batched(&model, 8, &reqs, &[0, 1, 2, 3, 4, 5, 6, 7]), want, "{name}: mixed-type q/k/v");
+    }
+}
+
+#[test]
+fn cancel_frees_the_slot_and_bad_requests_are_refused() {
+    let (_dir, config, ckpt) = load(&TinySpec { embed_scale: 4.0, ..TinySpec::default() });
+    let (_, gpu) = &test_gpus()[0];
+    let model = Qwen3Model::load(gpu.clone(), config, &ckpt, WeightFormat::F32, &mut |_, _, _| {}).unwrap();
+    let mut batcher = Batcher::new(&model, 2, 32, 64).unwrap();
+    let opts = GenerateOptions { max_tokens: 8, ignore_eos: true, ..Default::default() };
+    // Over the context: refused before taking a slot.
+    let err = batcher.admit(vec![1; 30], opts.clone()).unwrap_err();
+    assert!(matches!(err, RuntimeError::ContextOverflow { .. }), "{err}");
+    assert!(matches!(batcher.admit(vec![], opts.clone()).unwrap_err(), RuntimeError::EmptyPrompt));
+    let a = batcher.admit(vec![1, 2, 3], opts.clone()).unwrap();
+    let _b = batcher.admit(vec![4, 5], opts.clone()).unwrap();
+    assert!(!batcher.has_free_slot());
+    assert!(batcher.admit(vec![6], opts.clone()).is_err(), "no free slot");
+    block_on(batcher.step()).unwrap();
+    let g = batcher.cancel(a).unwrap();
+    assert_eq!(g.stop_reason, StopReason::Cancelled);
+    assert_eq!(g.output_ids.len(), 1);
+    assert!(batcher.has_free_slot());
+    // The freed slot serves a new request whose output equals the request alone.
+    let c = batcher.admit(vec![7, 8, 9], opts.clone()).unwrap();
+    let mut got = Vec::new();
+    while !batcher.is_idle() {
+        for e in block_on(batcher.step()).unwrap() {
+            if let BatchEvent::Token { id, token } = e {
+                if id == c {
+                    got.push(token);
+                }
+            }
+        }
+    }
+    let mut session = Session::new(&model, 32).unwrap();
+    assert_eq!(got, block_on(session.generate(&[7, 8, 9], &opts, &mut |_| true)).unwrap().output_ids);
+    // max_tokens 0 finishes without work.
+    let z = batcher.admit(vec![1], GenerateOptions { max_tokens: 0, ..opts }).unwrap();
+    let ev = block_on(batcher.step()).unwrap();
+    assert!(matches!(&ev[..], [BatchEvent::Finished { id, generation }] if *id == z && generation.output_ids.is_empty()));
+}
