@@ -21,7 +21,7 @@ fn backends() -> Vec<String> {
 struct Server {
     child: Child,
     url: String,
-    stderr: std::sync::mpsc::Receiver<String>,
+    stderr: std::sync::Mutex<std::sync::mpsc::Receiver<String>>,
 }
 
 impl Server {
@@ -47,7 +47,7 @@ impl Server {
             let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| panic!("domino serve did not start ({args:?})"));
             if let Some(rest) = line.split("listening on ").nth(1) {
                 let url = rest.split_whitespace().next().unwrap().to_string();
-                return Self { child, url, stderr: rx };
+                return Self { child, url, stderr: std::sync::Mutex::new(rx) };
             }
             assert!(!line.starts_with("error"), "domino serve failed: {line}");
         }
@@ -107,8 +107,10 @@ fn sse_events(reader: impl Read) -> Vec<Value> {
     out
 }
 
+/// A greedy chat request that runs to max_tokens (the tiny random models often sample an
+/// end-of-sequence token early).
 fn chat_body(text: &str, max_tokens: u32) -> Value {
-    json!({"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "temperature": 0})
+    json!({"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true})
 }
 
 fn tiny_model() -> tempfile::TempDir {
@@ -117,15 +119,24 @@ fn tiny_model() -> tempfile::TempDir {
     dir
 }
 
-fn generate_chat_text(model: &Path, backend: &str, prompt: &str, max_tokens: u32) -> String {
+/// `generate --chat`'s greedy answer as the API's text: without end-of-sequence tokens, and ending at
+/// the first one when `stop_at_eos` (as `domino chat` and requests without `ignore_eos` do).
+fn generate_chat_text(model: &Path, backend: &str, prompt: &str, max_tokens: u32, stop_at_eos: bool) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_domino"))
-        .args(["generate", "--model", model.to_str().unwrap(), "--chat", "--prompt", prompt, "--max-tokens", &max_tokens.to_string(), "--json", "--dtype", "f32", "--backend", backend])
+        .args(["generate", "--model", model.to_str().unwrap(), "--chat", "--prompt", prompt, "--max-tokens", &max_tokens.to_string(), "--json", "--dtype", "f32", "--ignore-eos", "--backend", backend])
         .env("XDG_RUNTIME_DIR", std::env::temp_dir())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["text"].as_str().unwrap().to_string()
+    // The API's text leaves out end-of-sequence tokens; decode the ids without them.
+    let files = domino_models::open_model(model).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(v["output_ids"].clone()).unwrap();
+    let ids: Vec<u32> = match ids.iter().position(|id| files.stop_ids.contains(id)) {
+        Some(end) if stop_at_eos => ids[..end].to_vec(),
+        _ => ids.into_iter().filter(|id| !files.stop_ids.contains(id)).collect(),
+    };
+    files.tokenizer.unwrap().decode(&ids).unwrap()
 }
 
 #[test]
@@ -146,7 +157,7 @@ fn serve_speaks_openai_and_batches_exactly() {
         assert_eq!(v["object"], "chat.completion");
         assert_eq!(v["choices"][0]["message"]["role"], "assistant");
         let text = v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
-        assert_eq!(text, generate_chat_text(model.path(), &backend, "hello there", 20), "{backend}: serve vs generate");
+        assert_eq!(text, generate_chat_text(model.path(), &backend, "hello there", 20, false), "{backend}: serve vs generate");
         assert_eq!(v["usage"]["completion_tokens"], 20);
         assert_eq!(v["choices"][0]["finish_reason"], "length");
         assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
@@ -181,13 +192,13 @@ fn serve_speaks_openai_and_batches_exactly() {
         assert!(server.metric("domino_steps_total") > 0.0);
 
         // /v1/completions with a stop sequence: the text ends before it, finish_reason stop.
-        let (code, plain) = server.post("/v1/completions", &json!({"prompt": "once upon a time", "max_tokens": 16, "temperature": 0}));
+        let (code, plain) = server.post("/v1/completions", &json!({"prompt": "once upon a time", "max_tokens": 16, "temperature": 0, "ignore_eos": true}));
         assert_eq!(code, 200, "{plain}");
         assert_eq!(plain["object"], "text_completion");
         let full = plain["choices"][0]["text"].as_str().unwrap().to_string();
         let stop: String = full.chars().skip(3).take(2).collect();
         if !stop.trim().is_empty() {
-            let (_, cut) = server.post("/v1/completions", &json!({"prompt": "once upon a time", "max_tokens": 16, "temperature": 0, "stop": [stop.clone()]}));
+            let (_, cut) = server.post("/v1/completions", &json!({"prompt": "once upon a time", "max_tokens": 16, "temperature": 0, "ignore_eos": true, "stop": [stop.clone()]}));
             let want = &full[..full.find(&stop).unwrap()];
             assert_eq!(cut["choices"][0]["text"], want, "stop {stop:?}");
             assert_eq!(cut["choices"][0]["finish_reason"], "stop");
@@ -203,7 +214,7 @@ fn serve_speaks_openai_and_batches_exactly() {
 fn serve_errors_have_openai_shape() {
     let model = tiny_model();
     let backend = &backends()[0];
-    let server = Server::start(model.path(), backend, &["--max-batch", "1", "--max-queue", "1", "--context", "64", "--api-key", "sekrit"]);
+    let server = Server::start(model.path(), backend, &["--max-batch", "1", "--max-queue", "1", "--context", "128", "--api-key", "sekrit"]);
     let key = Some("sekrit");
     let check = |code: u16, v: &Value, want: u16| {
         assert_eq!(code, want, "{v}");
@@ -230,7 +241,7 @@ fn serve_errors_have_openai_shape() {
     // Over the context: refused before any work.
     let (code, v) = server.post_with("/v1/chat/completions", &chat_body(&"word ".repeat(80), 4), key);
     check(code, &v, 400);
-    let (code, v) = server.post_with("/v1/chat/completions", &chat_body("hi", 60), key);
+    let (code, v) = server.post_with("/v1/chat/completions", &chat_body("hi", 120), key);
     check(code, &v, 400);
     let (code, body) = server.get_text("/v2/nothing");
     check(code, &serde_json::from_str(&body).unwrap(), 404);
@@ -296,7 +307,7 @@ fn disconnect_frees_the_sequence_and_sigterm_exits_cleanly() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "exit status {status:?}");
-    let stderr: Vec<String> = server.stderr.try_iter().collect();
+    let stderr: Vec<String> = server.stderr.lock().unwrap().try_iter().collect();
     assert!(!stderr.iter().any(|l| l.starts_with("error") || l.contains("panicked")), "{stderr:?}");
 }
 
@@ -313,4 +324,66 @@ fn the_official_openai_python_client_works() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/openai-client-test.py");
     let out = Command::new("python3").arg(script).arg(&server.url).output().unwrap();
     assert!(out.status.success(), "openai client test failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn serve_with_a_drafter_is_speculative_alone_and_exact_when_handing_over() {
+    use domino_models::drafter::DrafterKind;
+    use domino_models::testing::{write_always_accept_pair, TinyDrafterSpec};
+    let model = tempfile::tempdir().unwrap();
+    let drafter = tempfile::tempdir().unwrap();
+    let spec = TinySpec { embed_scale: 4.0, max_position: 256, ..TinySpec::default() };
+    let dspec = TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 4, ..TinyDrafterSpec::default() };
+    write_always_accept_pair(model.path(), drafter.path(), &spec, &dspec, spec.vocab / 2).unwrap();
+    let backend = &backends()[0];
+    let server = Server::start(model.path(), backend, &["--max-batch", "4", "--context", "128", "--draft", drafter.path().to_str().unwrap(), "--draft-len", "3"]);
+    // Alone: speculative, whole blocks accepted.
+    let (code, alone) = server.post("/v1/chat/completions", &chat_body("hello", 24));
+    assert_eq!(code, 200, "{alone}");
+    let ext = &alone["domino"];
+    assert_eq!(ext["speculative"], true, "{alone}");
+    assert!(ext["acceptance_lengths"].as_array().unwrap().iter().any(|a| a.as_u64().unwrap() == 4), "{ext}");
+    assert!(ext["draft_lengths"].as_array().unwrap().iter().all(|k| k.as_u64().unwrap() <= 3), "{ext}");
+    // Several at once: some hand over to the batch mid-way; every text equals its request alone.
+    let prompts: Vec<String> = (0..4).map(|i| format!("prompt {i}")).collect();
+    let want: Vec<Value> = prompts.iter().map(|p| server.post("/v1/chat/completions", &chat_body(p, 40)).1["choices"][0]["message"]["content"].clone()).collect();
+    let got: Vec<Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = prompts.iter().map(|p| s.spawn(|| server.post("/v1/chat/completions", &chat_body(p, 40)).1["choices"][0]["message"]["content"].clone())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(got, want);
+    assert!(server.metric("domino_mean_acceptance") > 1.0);
+}
+
+#[test]
+fn chat_streams_replies_with_the_whole_conversation_and_refuses_overflow() {
+    use std::io::Write;
+    let model = tiny_model();
+    let backend = &backends()[0];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_domino"))
+        .args(["chat", "--model", model.path().to_str().unwrap(), "--max-tokens", "12", "--context", "96", "--dtype", "f32", "--backend", backend])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let long = "many words ".repeat(40);
+    let input = format!("hello\n/reset\nhello\n{long}\nhi\n/exit\n");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let first = generate_chat_text(model.path(), backend, "hello", 12, true);
+    // Replies follow the "> " prompts; after /reset the same question gets the same answer.
+    let replies: Vec<&str> = stdout.split("> ").map(str::trim_end).filter(|s| !s.is_empty()).collect();
+    assert_eq!(replies.len(), 3, "{stdout}");
+    assert_eq!(replies[0], first.trim_end());
+    assert_eq!(replies[1], first.trim_end());
+    assert!(stderr.contains("(conversation reset)"), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "only the overflowing turn is refused: {stderr}");
+    assert!(errors[0].contains("context"), "{stderr}");
+    assert_eq!(stderr.lines().filter(|l| l.starts_with('[') && l.contains("tok/s")).count(), 3, "a stats line per reply: {stderr}");
 }

@@ -248,7 +248,7 @@ impl App {
         let opts = GenerateOptions {
             max_tokens,
             sampling: SamplingConfig { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, seed: s.seed },
-            ignore_eos: false,
+            ignore_eos: s.ignore_eos,
             stop_ids: self.stop_ids.clone(),
         };
         let sent = self.commands.lock().map(|c| c.send(Command::Submit(Job { prompt, opts, events: tx })).is_ok()).unwrap_or(false);

@@ -101,6 +101,9 @@ pub struct Common {
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
     pub top_k: Option<u32>,
+    /// Extension (as llama.cpp's server): keep generating past end-of-sequence tokens.
+    #[serde(default)]
+    pub ignore_eos: bool,
     pub seed: Option<i64>,
     pub stop: Option<Stop>,
     #[serde(default)]
@@ -145,6 +148,7 @@ pub struct Sampling {
     pub top_p: f32,
     pub top_k: u32,
     pub seed: u64,
+    pub ignore_eos: bool,
     pub stops: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
@@ -196,6 +200,7 @@ impl Common {
             top_p,
             top_k: self.top_k.unwrap_or(0),
             seed,
+            ignore_eos: self.ignore_eos,
             stops,
             stream: self.stream,
             include_usage: self.stream_options.as_ref().is_some_and(|o| o.include_usage),
