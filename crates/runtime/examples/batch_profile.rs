@@ -1,0 +1,44 @@
+//! Time one continuous-batching decode step at batch sizes 1, 2, 4, 8 and 16 (the server's step):
+//!
+//!     cargo run --release -p domino-runtime --example batch_profile -- MODEL.gguf|DIR [vulkan|gl] [steps] [auto|cpu|gpu]
+//!
+//! Prints the mean step time and the tokens per second it implies for each batch size, so the
+//! scaling of `domino serve` can be read without HTTP in the way.
+
+use domino_engine::{BackendChoice, DTypeChoice, Gpu, GpuOptions, KernelChoice};
+use domino_models::{open_model, Qwen3Model};
+use domino_runtime::clock::now;
+use domino_runtime::{Batcher, GenerateOptions};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let path = args.get(1).ok_or("usage: batch_profile MODEL [backend] [steps]")?;
+    let backend = BackendChoice::parse(args.get(2).map(String::as_str).unwrap_or("vulkan"))?;
+    let steps: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(24);
+    let kernels = KernelChoice::parse(args.get(4).map(String::as_str).unwrap_or("auto")).map_err(|_| "kernels: auto, cpu or gpu")?;
+    let gpu = pollster::block_on(Gpu::new(&GpuOptions { backend, kernels, ..Default::default() }))?;
+    let files = open_model(std::path::Path::new(path))?;
+    let model = Qwen3Model::load_with(gpu, files.config, files.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {})?;
+    let mut one = None::<f64>;
+    for b in [1usize, 2, 4, 8, 16] {
+        let mut batcher = Batcher::new(&model, b, 256, 64)?;
+        let opts = GenerateOptions { max_tokens: steps + 8, ignore_eos: true, ..Default::default() };
+        for i in 0..b {
+            batcher.admit(vec![1 + i as u32, 2, 3, 4], opts.clone())?;
+        }
+        // Prefill and warm up, then time decode steps with every slot generating.
+        for _ in 0..4 {
+            pollster::block_on(batcher.step())?;
+        }
+        let t0 = now();
+        for _ in 0..steps {
+            pollster::block_on(batcher.step())?;
+        }
+        let step = (now() - t0) / steps as f64;
+        let tps = b as f64 / step;
+        let speedup = one.map(|o| tps / o).unwrap_or(1.0);
+        one.get_or_insert(tps);
+        println!("batch {b:>2}: {:.2} ms per step, {tps:.1} tok/s ({speedup:.2}x batch 1)", step * 1e3);
+    }
+    Ok(())
+}
