@@ -131,10 +131,10 @@ impl DrafterConfig {
         self.target_layer_ids.len()
     }
     pub fn q_width(&self) -> usize {
-        self.num_heads * self.head_dim
+        self.num_heads.saturating_mul(self.head_dim)
     }
     pub fn kv_width(&self) -> usize {
-        self.num_kv_heads * self.head_dim
+        self.num_kv_heads.saturating_mul(self.head_dim)
     }
 
     /// Drafts one block yields: B with shifted labels (every slot predicts its successor), else B − 1
@@ -226,6 +226,7 @@ impl DrafterConfig {
                 target.num_layers - 1
             )));
         }
+        crate::config::plan_fits(&drafter_tensor_plan(self, target)).map_err(err)?;
         Ok(())
     }
 }
@@ -255,7 +256,7 @@ pub fn drafter_tensor_plan(cfg: &DrafterConfig, target: &Qwen3Config) -> Vec<(St
     let (h, d, i) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
     let (qw, kvw) = (cfg.q_width(), cfg.kv_width());
     let mut plan = vec![
-        ("fc.weight".to_string(), vec![h, cfg.num_features() * target.hidden_size]),
+        ("fc.weight".to_string(), vec![h, cfg.num_features().saturating_mul(target.hidden_size)]),
         ("hidden_norm.weight".to_string(), vec![h]),
     ];
     for l in 0..cfg.num_layers {
@@ -277,9 +278,10 @@ pub fn drafter_tensor_plan(cfg: &DrafterConfig, target: &Qwen3Config) -> Vec<(St
     plan.push(("norm.weight".to_string(), vec![h]));
     if let (DrafterKind::Domino, Some(e), Some(g)) = (cfg.kind, cfg.emb_dim, cfg.gru_hidden_dim) {
         let p = &cfg.head_prefix;
-        plan.push((format!("{p}prefix_gru.weight_ih_l0"), vec![3 * g, h]));
-        plan.push((format!("{p}prefix_gru.weight_hh_l0"), vec![3 * g, g]));
-        plan.push((format!("{p}embed_proj.0.weight"), vec![e, h + g]));
+        // Saturating: validate_against refuses a plan whose sizes overflow.
+        plan.push((format!("{p}prefix_gru.weight_ih_l0"), vec![g.saturating_mul(3), h]));
+        plan.push((format!("{p}prefix_gru.weight_hh_l0"), vec![g.saturating_mul(3), g]));
+        plan.push((format!("{p}embed_proj.0.weight"), vec![e, h.saturating_add(g)]));
         plan.push((format!("{p}embed_proj.2.weight"), vec![target.vocab_size, e]));
     }
     plan
