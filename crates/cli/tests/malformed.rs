@@ -25,9 +25,18 @@ fn shipped_drafter() -> PathBuf {
 
 /// `domino generate` on `model` (and `extra`): exit status 1 and exactly one stderr line, `error: ...`.
 fn one_error(case: &str, model: &Path, extra: &[&str]) -> String {
+    one_error_env(case, model, extra, &[])
+}
+
+fn one_error_env(case: &str, model: &Path, extra: &[&str], env: &[(&str, &str)]) -> String {
     let mut args = vec!["generate", "--model", model.to_str().unwrap(), "--prompt-ids", "1,2,3", "--max-tokens", "2"];
     args.extend_from_slice(extra);
-    let out = Command::new(env!("CARGO_BIN_EXE_domino")).args(&args).env("XDG_RUNTIME_DIR", std::env::temp_dir()).output().expect("run domino");
+    let out = Command::new(env!("CARGO_BIN_EXE_domino"))
+        .args(&args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .envs(env.iter().copied())
+        .output()
+        .expect("run domino");
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(1), "{case}: exit status {:?} (101 = panic, None = signal); stderr: {stderr}", out.status);
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -158,4 +167,31 @@ fn corrupted_safetensors_configs_and_drafters() {
     domino_models::testing::write_tiny_drafter(tiny_drafter.path(), &spec, &domino_models::testing::TinyDrafterSpec::default()).unwrap();
     let e = one_error("tiny drafter on SmolLM2", &smollm2_path(), &["--draft", tiny_drafter.path().to_str().unwrap()]);
     assert!(e.contains("drafter"), "{e}");
+}
+
+#[test]
+fn memory_budget_binding_limit_and_context_through_the_cli() {
+    let spec = TinySpec { max_position: 4096, ..TinySpec::default() };
+    let d = tempfile::tempdir().unwrap();
+    write_tiny_model(d.path(), &spec).unwrap();
+    let e = one_error_env("1 MiB budget", d.path(), &[], &[("DOMINO_MEMORY_BUDGET", "1M")]);
+    assert!(e.contains("memory budget of 1.0 MiB") && e.contains("--context") && e.contains("--dtype"), "{e}");
+    // One layer's KV cache for 1000 positions is 1000 x 64 x 4 = 250 KiB: over a forced 64 KiB binding limit.
+    let e = one_error_env("64 KiB bindings", d.path(), &["--context", "1000"], &[("DOMINO_MAX_BINDING", "64K")]);
+    assert!(e.contains("KV cache of one layer for 1000 positions") && e.contains("binds at most 64.0 KiB"), "{e}");
+    let e = one_error("context beyond the model", d.path(), &["--context", "5000"]);
+    assert!(e.contains("max_position_embeddings 4096"), "{e}");
+    let e = one_error("context below prompt + max tokens", d.path(), &["--context", "4"]);
+    assert!(e.contains("exceeds the context of 4 positions"), "{e}");
+    assert!(one_error_env("bad budget", d.path(), &[], &[("DOMINO_MEMORY_BUDGET", "lots")]).contains("DOMINO_MEMORY_BUDGET=lots"));
+    // --context sizes the KV cache of a run that fits.
+    let out = Command::new(env!("CARGO_BIN_EXE_domino"))
+        .args(["generate", "--model", d.path().to_str().unwrap(), "--prompt-ids", "1,2,3", "--max-tokens", "4", "--ignore-eos", "--context", "200", "--json"])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .env("DOMINO_MAX_BINDING", "64K")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["output_ids"].as_array().unwrap().len(), 4);
 }

@@ -262,7 +262,9 @@ impl Qwen3Model {
         let shape = self.attention_shape();
         let chunks = capacity.div_ceil(kernels::ATTENTION_CHUNK as usize) as u64;
         let per_row = shape.n_heads as u64 * chunks * shape.head_dim as u64 * 4;
-        let scratch_rows = ((32u64 << 20) / per_row.max(1)).clamp(1, max_rows as u64) as u32;
+        // At most 32 MiB, and one storage binding: passes of fewer rows share a smaller scratch.
+        let scratch_budget = (32u64 << 20).min(gpu.caps.max_storage_binding);
+        let scratch_rows = (scratch_budget / per_row.max(1)).clamp(1, max_rows as u64) as u32;
         let scratch = AttentionScratch::new(gpu, shape, scratch_rows, capacity as u32)?;
         let f = |name: &str, width: usize, rows: usize| gpu.binding_buffer(name, (rows * width * 4) as u64);
         let state = ForwardState {

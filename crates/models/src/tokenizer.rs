@@ -171,7 +171,7 @@ pub const TEMPLATE_FUEL_PER_MESSAGE: u64 = 20_000;
 /// Renders a chat template (Jinja source, as in `tokenizer_config.json` or GGUF
 /// `tokenizer.chat_template`) with HF's variables. Hostile templates get errors, not hangs or huge
 /// allocations: rendering stops after [`TEMPLATE_FUEL`] instructions, at [`MAX_CHAT_PROMPT_BYTES`] of
-/// output, or at minijinja's recursion limit.
+/// output, or 64 levels of recursion.
 pub fn render_chat_template(
     source: &str,
     messages: &[ChatMessage],
@@ -181,6 +181,9 @@ pub fn render_chat_template(
     eos_token: &str,
 ) -> Result<String> {
     let mut env = template_env();
+    // Real templates nest a few levels; a self-recursive macro stops here, well before the stack of
+    // a 2 MiB thread (minijinja's own default is 500 levels).
+    env.set_recursion_limit(64);
     env.set_fuel(Some(TEMPLATE_FUEL.saturating_add(TEMPLATE_FUEL_PER_MESSAGE.saturating_mul(messages.len() as u64))));
     let template = env.template_from_str(source).map_err(|e| ModelError::ChatTemplate(format!("cannot parse: {e}")))?;
     let ctx = minijinja::context! {

@@ -40,6 +40,32 @@ fn every_seed_and_regression_input_keeps_the_invariants() {
     assert!(failures.is_empty(), "invariants broken by: {failures:?}");
 }
 
+#[test]
+fn hostile_chat_templates_fail_with_errors_not_hangs() {
+    use domino_models::tokenizer::{render_chat_template, ChatMessage};
+    let dir = fuzz_dir().join("regressions/chat_template");
+    let msgs = [ChatMessage::new("user", "hi")];
+    let render = |name: &str| {
+        let src = std::fs::read_to_string(dir.join(name)).unwrap();
+        let t = std::time::Instant::now();
+        let e = render_chat_template(&src, &msgs, true, false, "", "").unwrap_err().to_string();
+        assert!(t.elapsed().as_secs() < 20, "{name} took {:?}", t.elapsed());
+        assert!(!e.contains('\n'), "{e}");
+        e
+    };
+    let e = render("nested-loops-1e10.jinja");
+    assert!(e.contains("fuel"), "{e}");
+    let e = render("huge-output.jinja");
+    assert!(e.contains("exceeds 16 MiB"), "{e}");
+    let e = render("unbounded-recursion.jinja");
+    assert!(e.contains("recursion"), "{e}");
+    // Real templates stay far inside the fuel: Qwen3's with 200 messages renders.
+    let qwen3 = std::fs::read_to_string(fuzz_dir().join("seeds/chat_template/qwen3.jinja")).unwrap();
+    let many: Vec<ChatMessage> = (0..200).map(|i| ChatMessage::new(if i % 2 == 0 { "user" } else { "assistant" }, format!("turn {i}"))).collect();
+    let out = render_chat_template(&qwen3, &many, true, false, "", "").unwrap();
+    assert!(out.contains("turn 199"));
+}
+
 fn small_spec() -> TinySpec {
     TinySpec { hidden: 32, layers: 1, heads: 2, kv_heads: 1, head_dim: 16, intermediate: 64, vocab: 261, ..TinySpec::default() }
 }

@@ -150,15 +150,25 @@ pub fn check_memory(req: &MemoryRequest, limits: &MemoryLimits) -> Result<Memory
     let kv_layer = slots.saturating_mul(kv_width).saturating_mul(4);
     let kv_cache = kv_layer.saturating_mul(2 * c.num_layers as u64);
     let mut largest = (kv_layer, format!("the KV cache of one layer for {} positions", req.context));
+    // Attention partials of one row (the scratch shrinks to fewer rows, never below one).
+    let chunks = slots.div_ceil(domino_engine::kernels::ATTENTION_CHUNK as u64);
+    let partials = chunks.saturating_mul(c.num_heads as u64).saturating_mul(c.head_dim as u64).saturating_mul(4);
+    if partials > largest.0 {
+        largest = (partials, format!("the attention scratch of one row for {} positions", req.context));
+    }
     let logits = (c.vocab_size as u64).saturating_mul(MAX_LOGIT_ROWS as u64 * 4);
     if logits > largest.0 {
         largest = (logits, format!("the logits of {MAX_LOGIT_ROWS} rows of a {}-token vocabulary", c.vocab_size));
     }
-    let (mut drafter_weights, mut drafter_kv_cache) = (0, 0);
+    let (mut drafter_weights, mut drafter_kv_cache) = (0u64, 0u64);
     if let Some((d, format)) = req.drafter {
-        for (name, shape) in domino_models::drafter::drafter_tensor_plan(d, c) {
+        for (_, shape) in domino_models::drafter::drafter_tensor_plan(d, c) {
             let n = elements(&shape);
-            drafter_weights = drafter_weights.saturating_add(if shape.len() == 1 || name.contains("gru") { n.saturating_mul(4) } else { format_bytes(format, n) });
+            drafter_weights = drafter_weights.saturating_add(if shape.len() == 1 { n.saturating_mul(4) } else { format_bytes(format, n) });
+        }
+        let d_partials = chunks.saturating_mul(d.block_size as u64).saturating_mul(d.q_width() as u64).saturating_mul(4);
+        if d_partials > largest.0 {
+            largest = (d_partials, format!("the drafter's attention scratch for {} positions", req.context));
         }
         let d_layer = slots.saturating_mul(d.kv_width() as u64).saturating_mul(4);
         drafter_kv_cache = d_layer.saturating_mul(2 * d.num_layers as u64);
