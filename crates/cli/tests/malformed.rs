@@ -174,8 +174,8 @@ fn memory_budget_binding_limit_and_context_through_the_cli() {
     let spec = TinySpec { max_position: 4096, ..TinySpec::default() };
     let d = tempfile::tempdir().unwrap();
     write_tiny_model(d.path(), &spec).unwrap();
-    let e = one_error_env("1 MiB budget", d.path(), &[], &[("DOMINO_MEMORY_BUDGET", "1M")]);
-    assert!(e.contains("memory budget of 1.0 MiB") && e.contains("--context") && e.contains("--dtype"), "{e}");
+    let e = one_error_env("100 KiB budget", d.path(), &[], &[("DOMINO_MEMORY_BUDGET", "100K")]);
+    assert!(e.contains("memory budget of 100.0 KiB") && e.contains("--context") && e.contains("--dtype"), "{e}");
     // One layer's KV cache for 1000 positions is 1000 x 64 x 4 = 250 KiB: over a forced 64 KiB binding limit.
     let e = one_error_env("64 KiB bindings", d.path(), &["--context", "1000"], &[("DOMINO_MAX_BINDING", "64K")]);
     assert!(e.contains("KV cache of one layer for 1000 positions") && e.contains("binds at most 64.0 KiB"), "{e}");

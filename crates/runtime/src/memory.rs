@@ -118,7 +118,10 @@ fn scratch_bytes(c: &Qwen3Config, slots: u64) -> u64 {
     let rows = s(s(MAX_ROWS as u64, widths), 4);
     let logits = s(s(MAX_LOGIT_ROWS as u64, v), 4);
     let rope = s(s(slots, c.head_dim as u64), 4);
-    let attention = 32u64 << 20;
+    // Attention partials and stats: as many rows as fit 32 MiB (at least one, at most MAX_ROWS).
+    let chunks = slots.div_ceil(domino_engine::kernels::ATTENTION_CHUNK as u64);
+    let per_row = s(s(c.num_heads as u64, chunks), s(c.head_dim as u64, 4).saturating_add(8));
+    let attention = s(((32u64 << 20) / per_row.max(1)).clamp(1, MAX_ROWS as u64), per_row);
     rows.saturating_add(logits).saturating_add(rope).saturating_add(s(slots, 4)).saturating_add(attention)
 }
 
