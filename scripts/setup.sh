@@ -25,6 +25,9 @@ packages=(mesa-vulkan-drivers vulkan-tools libvulkan1 libegl1 libegl-mesa0 libgl
 if [[ $want_test == 1 ]] && ! command -v npm >/dev/null 2>&1; then
     packages+=(npm)
 fi
+if [[ $want_test == 1 ]] && ! command -v c++ >/dev/null 2>&1; then
+    packages+=(g++) # libFuzzer (scripts/fuzz.sh, run by CI) is C++
+fi
 if [[ $want_test == 1 ]]; then
     # The browser test (web/tests): headless Chromium for WebGPU, and a wasm32 toolchain for
     # web/build.sh: rustup's target where installed, else Debian's rustc-web with build-std.

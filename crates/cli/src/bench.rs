@@ -2,7 +2,7 @@
 //! drafter, of the speculative modes), the decode step's effective weight bandwidth next to the
 //! adapter's copy bandwidth measured in the same run, and a `domino-bench/1` report.
 
-use crate::load::{drafter_format, load_model, parse_dtype};
+use crate::load::{check_memory, context_for, drafter_format, limits_from_env, parse_dtype, upload_model};
 use crate::report::{self, AdapterFacts, AdapterReport, BenchReport, ModeReport, Workload};
 use crate::{model_dir, CliError};
 use clap::Args;
@@ -68,6 +68,10 @@ pub struct BenchArgs {
     /// Drafts verified per round: auto (adaptive) or a fixed number (as `generate --draft-len`).
     #[arg(long, default_value = "auto", value_parser = domino_runtime::DraftLen::parse, requires = "draft")]
     pub draft_len: domino_runtime::DraftLen,
+    /// KV cache capacity in positions (default: the longest prompt plus --max-tokens), checked
+    /// against each adapter's memory limits before loading.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub context: Option<u64>,
 }
 
 /// The built-in prompt set (tokenized with the model's tokenizer).
@@ -218,10 +222,13 @@ fn bench_adapter(
 ) -> Result<AdapterReport, CliError> {
     let label = format!("{} ({})", gpu.info.name, gpu.info.backend);
     bar.set_message(format!("{label}: loading"));
-    let loaded = load_model(gpu.clone(), dir, format, true)?;
-    let model = &loaded.model;
+    let files = domino_models::open_model(dir)?;
     let max_prompt = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    let capacity = (max_prompt + args.max_tokens).min(model.config.max_position_embeddings);
+    let requested = args.context.map(|c| usize::try_from(c).unwrap_or(usize::MAX));
+    let capacity = context_for(requested, max_prompt, args.max_tokens, files.config.max_position_embeddings);
+    check_memory(&gpu, &files, format, args.draft.as_deref(), requested.unwrap_or(max_prompt + args.max_tokens))?;
+    let loaded = upload_model(gpu.clone(), files, format, true)?;
+    let model = &loaded.model;
     let opts = GenerateOptions { max_tokens: args.max_tokens, ignore_eos: true, ..Default::default() };
 
     // Plain decoding: one warm-up run (pipelines, caches), then --runs runs per prompt.
@@ -251,7 +258,7 @@ fn bench_adapter(
         } else {
             modes[0].0 = "dflash";
         }
-        let spec_capacity = max_prompt + args.max_tokens;
+        let spec_capacity = requested.unwrap_or(max_prompt + args.max_tokens);
         let memory = target_memory(model, spec_capacity) + drafter_memory(&drafter);
         let mut spec = domino_runtime::SpeculativeSession::new(model, &drafter, spec_capacity)?;
         for (name, use_head) in modes {
@@ -389,7 +396,8 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let weight_textures = crate::load::parse_weight_storage(&args.weight_storage)?;
     let kernels = crate::load::parse_kernels(&args.kernels)?;
     for (adapter, summary) in selected {
-        let gpu = pollster::block_on(Gpu::from_adapter(adapter, summary, &GpuOptions { weight_textures, kernels, ..Default::default() }))?;
+        let opts = limits_from_env(GpuOptions { weight_textures, kernels, ..Default::default() })?;
+        let gpu = pollster::block_on(Gpu::from_adapter(adapter, summary, &opts))?;
         reports.push(bench_adapter(gpu, &dir, format, &prompts, &args, &bar)?);
     }
     bar.finish_and_clear();

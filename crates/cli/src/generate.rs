@@ -1,6 +1,7 @@
 //! `domino generate`: stream text to stdout, or print exactly one JSON object with --json.
 
-use crate::load::{drafter_format, load_model, open_gpu, parse_dtype};
+use crate::load::{check_memory, context_for, drafter_format, open_gpu, parse_dtype, upload_model};
+use domino_models::open_model;
 use crate::{model_dir, CliError};
 use clap::Args;
 use domino_engine::SamplingConfig;
@@ -74,6 +75,11 @@ pub struct GenerateArgs {
     /// the drafter's running acceptance; 0 = a plain step) or a fixed number.
     #[arg(long, default_value = "auto", value_parser = DraftLen::parse)]
     pub draft_len: DraftLen,
+    /// KV cache capacity in positions (prompt + generated tokens). Default: the prompt plus
+    /// --max-tokens, within the model's max_position_embeddings. Checked against the adapter's
+    /// memory limits before anything is uploaded.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub context: Option<u64>,
 }
 
 pub fn run(args: GenerateArgs) -> Result<(), CliError> {
@@ -82,25 +88,30 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     }
     let format = parse_dtype(&args.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
-    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage, &args.kernels)?;
-    let loaded = load_model(gpu, &dir, format, false)?;
-    let tokenizer = loaded.tokenizer.as_ref();
+    // Headers and tokenizer first (a malformed file fails before any device opens); the prompt's
+    // length sizes the KV cache, which the memory check weighs before a byte is uploaded.
+    let files = open_model(&dir)?;
     let prompt_ids: Vec<u32> = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) => {
-            let tok = tokenizer.ok_or_else(|| CliError::Usage(format!("{}: no tokenizer.json, use --prompt-ids", dir.display())))?;
+            let tok = files.tokenizer.as_ref().ok_or_else(|| CliError::Usage(format!("{}: no tokenizer.json, use --prompt-ids", dir.display())))?;
             let text = if args.chat { tok.apply_chat_template(&[ChatMessage::new("user", text.as_str())], true, false)? } else { text.clone() };
             tok.encode(&text)?
         }
         (None, None) => return Err(CliError::Usage("give --prompt TEXT or --prompt-ids 1,2,3".into())),
     };
+    let requested = args.context.map(|c| usize::try_from(c).unwrap_or(usize::MAX));
+    let capacity = context_for(requested, prompt_ids.len(), args.max_tokens, files.config.max_position_embeddings);
+    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage, &args.kernels)?;
+    check_memory(&gpu, &files, format, args.draft.as_deref(), capacity)?;
+    let loaded = upload_model(gpu, files, format, false)?;
+    let tokenizer = loaded.tokenizer.as_ref();
     let opts = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling: SamplingConfig { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed },
         ignore_eos: args.ignore_eos,
         stop_ids: loaded.stop_ids.clone(),
     };
-    let capacity = (prompt_ids.len() + args.max_tokens).min(loaded.model.config.max_position_embeddings).max(1);
     let mut stream = StreamDecoder::new();
     let mut stdout = std::io::stdout();
     let mut stream_error = None;

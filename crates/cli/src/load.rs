@@ -3,7 +3,8 @@
 use crate::CliError;
 use domino_engine::{BackendChoice, DTypeChoice, Gpu, GpuOptions, KernelChoice, WeightFormat};
 use domino_models::tokenizer::TextTokenizer;
-use domino_models::open_model;
+use domino_models::{open_model, ModelFiles};
+use domino_runtime::{MemoryLimits, MemoryPlan, MemoryRequest};
 use domino_models::drafter::DrafterConfig;
 use domino_models::drafter_gpu::DrafterModel;
 use domino_models::{Checkpoint, Qwen3Model};
@@ -53,12 +54,64 @@ pub fn open_gpu(backend: &str, adapter: Option<usize>, weight_storage: &str, ker
     let backend = BackendChoice::parse(backend)?;
     let weight_textures = parse_weight_storage(weight_storage)?;
     let kernels = parse_kernels(kernels)?;
-    Ok(pollster::block_on(Gpu::new(&GpuOptions { backend, adapter, weight_textures, kernels, ..Default::default() }))?)
+    let opts = limits_from_env(GpuOptions { backend, adapter, weight_textures, kernels, ..Default::default() })?;
+    Ok(pollster::block_on(Gpu::new(&opts))?)
+}
+
+/// `DOMINO_MEMORY_BUDGET` (the bytes a model may use on the adapter) and `DOMINO_MAX_BINDING` (a
+/// lower max_storage_buffer_binding_size / max_buffer_size requested from the device), both with
+/// an optional K/M/G suffix: impose a small adapter on purpose (tests, or a shared device).
+pub fn limits_from_env(mut opts: GpuOptions) -> Result<GpuOptions, CliError> {
+    for (var, slot) in [("DOMINO_MEMORY_BUDGET", &mut opts.memory_budget), ("DOMINO_MAX_BINDING", &mut opts.max_binding)] {
+        if let Ok(v) = std::env::var(var) {
+            *slot = Some(parse_size(&v).ok_or_else(|| CliError::Usage(format!("{var}={v}: expected a byte count such as 512M or 2G")))?);
+        }
+    }
+    Ok(opts)
+}
+
+/// "4096", "512K", "64M", "2G" (powers of 1024).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 10),
+        (i, 'm' | 'M') => (&s[..i], 20),
+        (i, 'g' | 'G') => (&s[..i], 30),
+        _ => (s, 0),
+    };
+    num.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// `--context N` or, without it, prompt + max_tokens within the model's positions.
+pub fn context_for(requested: Option<usize>, prompt: usize, max_tokens: usize, max_position: usize) -> usize {
+    requested.unwrap_or_else(|| (prompt + max_tokens).min(max_position)).max(1)
+}
+
+/// The memory check before any upload: the model as `files` holds it in `dtype`, an optional
+/// drafter folder, and `context` KV positions, against `gpu`'s limits.
+pub fn check_memory(gpu: &Gpu, files: &ModelFiles, dtype: DTypeChoice, draft: Option<&str>, context: usize) -> Result<MemoryPlan, CliError> {
+    let drafter = draft.map(|d| DrafterConfig::from_file(&Path::new(d).join("config.json"))).transpose()?;
+    if let Some(d) = &drafter {
+        // A drafter for another target is refused here, before the target is uploaded.
+        d.validate_against(&files.config)?;
+    }
+    let req = MemoryRequest {
+        config: &files.config,
+        weights: files.weights.as_ref(),
+        dtype,
+        drafter: drafter.as_ref().map(|d| (d, drafter_format(dtype))),
+        context,
+    };
+    Ok(domino_runtime::check_memory(&req, &MemoryLimits::of(gpu))?)
 }
 
 /// Load a model folder (config.json + safetensors) or GGUF file onto `gpu`.
 pub fn load_model(gpu: Arc<Gpu>, path: &Path, dtype: DTypeChoice, quiet: bool) -> Result<Loaded, CliError> {
-    let files = open_model(path)?;
+    upload_model(gpu, open_model(path)?, dtype, quiet)
+}
+
+/// Upload a model opened with `open_model` (headers read, weights still mapped).
+pub fn upload_model(gpu: Arc<Gpu>, files: ModelFiles, dtype: DTypeChoice, quiet: bool) -> Result<Loaded, CliError> {
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
     bar.set_style(
         ProgressStyle::with_template("{msg:>12} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})")

@@ -110,6 +110,10 @@ pub struct Caps {
     pub max_storage_binding: u64,
     pub max_buffer: u64,
     pub uniform_align: u32,
+    /// Bytes the device can give a model, where known: `GpuOptions::memory_budget`, else on CPU
+    /// adapters (whose device memory is host memory) the host's available memory. wgpu reports no
+    /// budget for real GPUs, so there only the per-buffer limits are checked.
+    pub memory_budget: Option<u64>,
 }
 
 /// Facts about an adapter, for `domino devices` and benchmark reports.
@@ -207,11 +211,26 @@ pub struct GpuOptions {
     pub weight_textures: Option<bool>,
     /// The kernel family (`--kernels`): Auto = GPU kernels on GPUs, CPU kernels on CPU adapters.
     pub kernels: KernelChoice,
+    /// Bytes a model may use on this device (`Caps::memory_budget`); None: what the backend reports.
+    pub memory_budget: Option<u64>,
+    /// Request lower max_storage_buffer_binding_size / max_buffer_size than the adapter offers
+    /// (the device then enforces them): imposes a small adapter on purpose.
+    pub max_binding: Option<u64>,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        Self { backend: BackendChoice::Auto, adapter: None, disable_f16: false, disable_subgroup: false, packed_f16: None, weight_textures: None, kernels: KernelChoice::Auto }
+        Self {
+            backend: BackendChoice::Auto,
+            adapter: None,
+            disable_f16: false,
+            disable_subgroup: false,
+            packed_f16: None,
+            weight_textures: None,
+            kernels: KernelChoice::Auto,
+            memory_budget: None,
+            max_binding: None,
+        }
     }
 }
 
@@ -321,6 +340,24 @@ pub struct Gpu {
     pipelines: Mutex<HashMap<(String, crate::shader::Defines), Arc<Pipeline>>>,
     pub(crate) bind_groups: Mutex<HashMap<(u64, Vec<u64>), wgpu::BindGroup>>,
     pub(crate) params: Mutex<Option<Arc<GpuBuffer>>>,
+    /// Set by wgpu's device-lost and uncaptured-error callbacks.
+    health: Arc<DeviceHealth>,
+}
+
+/// What the device callbacks reported: a lost device (permanent: open a new `Gpu`) and the first
+/// uncaptured error (fails the next step instead of wgpu's default panic).
+#[derive(Debug, Default)]
+struct DeviceHealth {
+    lost: Mutex<Option<String>>,
+    error: Mutex<Option<String>>,
+}
+
+impl DeviceHealth {
+    fn set(slot: &Mutex<Option<String>>, message: String) {
+        if let Ok(mut m) = slot.lock() {
+            m.get_or_insert(message.split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+    }
 }
 
 impl std::fmt::Debug for Gpu {
@@ -357,7 +394,11 @@ impl Gpu {
         if offered.contains(wgpu::Features::SUBGROUP) && !opts.disable_subgroup {
             wanted |= wgpu::Features::SUBGROUP;
         }
-        let limits = adapter.limits();
+        let mut limits = adapter.limits();
+        if let Some(cap) = opts.max_binding {
+            limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.min(cap);
+            limits.max_buffer_size = limits.max_buffer_size.min(cap.max(limits.max_storage_buffer_binding_size));
+        }
         let desc = wgpu::DeviceDescriptor {
             label: Some("domino"),
             required_features: wanted,
@@ -370,6 +411,14 @@ impl Gpu {
             .request_device(&desc)
             .await
             .map_err(|e| EngineError::RequestDevice { adapter: info.name.clone(), message: e.to_string() })?;
+        let health = Arc::new(DeviceHealth::default());
+        let h = health.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            let why = if message.is_empty() { format!("{reason:?}") } else { format!("{reason:?}: {message}") };
+            DeviceHealth::set(&h.lost, why);
+        });
+        let h = health.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| DeviceHealth::set(&h.error, e.to_string())));
         let granted = device.features();
         let cpu = adapter.get_info().device_type == wgpu::DeviceType::Cpu;
         let gpu_kernels = match opts.kernels {
@@ -388,6 +437,7 @@ impl Gpu {
             max_storage_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             uniform_align: limits.min_uniform_buffer_offset_alignment,
+            memory_budget: opts.memory_budget.or_else(|| if cpu { host_available_memory() } else { None }),
         };
         Ok(Arc::new(Gpu {
             device,
@@ -398,7 +448,34 @@ impl Gpu {
             pipelines: Mutex::new(HashMap::new()),
             bind_groups: Mutex::new(HashMap::new()),
             params: Mutex::new(None),
+            health,
         }))
+    }
+
+    /// Why the device was lost, if it was (wgpu's device-lost callback). A lost device stays lost:
+    /// open a new `Gpu` (and load the model again) to continue.
+    pub fn lost(&self) -> Option<String> {
+        self.health.lost.lock().ok().and_then(|m| m.clone())
+    }
+
+    /// Fails if the device was lost, or with the first GPU error nothing captured since the last
+    /// check (which it clears). Steps call this before submitting and after a failed readback.
+    pub fn check(&self) -> Result<()> {
+        if let Some(reason) = self.lost() {
+            return Err(EngineError::DeviceLost { adapter: self.info.name.clone(), reason });
+        }
+        match self.health.error.lock().ok().and_then(|mut m| m.take()) {
+            Some(message) => Err(EngineError::Gpu(message)),
+            None => Ok(()),
+        }
+    }
+
+    /// Destroy the device now (what a driver reset does to it): every later step fails with
+    /// `EngineError::DeviceLost`. For tests of the recovery path.
+    pub fn destroy(&self) {
+        self.device.destroy();
+        // Native wgpu runs the lost callback when the device is next maintained; make it certain.
+        DeviceHealth::set(&self.health.lost, "Destroyed: the device was destroyed".into());
     }
 
     pub(crate) fn next_id(&self) -> u64 {
@@ -407,6 +484,7 @@ impl Gpu {
 
     /// A storage buffer of `size` bytes (at least 16), zero-initialised.
     pub fn buffer(&self, label: &str, size: u64) -> Result<Arc<GpuBuffer>> {
+        self.check()?;
         let size = size.max(16).div_ceil(16) * 16;
         if size > self.caps.max_buffer {
             return Err(EngineError::LimitTooSmall {
@@ -611,6 +689,21 @@ impl Gpu {
         if let Ok(mut m) = self.bind_groups.lock() {
             m.clear();
         }
+    }
+}
+
+/// MemAvailable from /proc/meminfo (Linux), the memory a CPU adapter's device can still take.
+fn host_available_memory() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib.saturating_mul(1024))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
     }
 }
 

@@ -19,6 +19,8 @@ pub enum EngineError {
     Shader { name: String, message: String },
     #[error("tensor {name}: {message}")]
     Tensor { name: String, message: String },
+    #[error("the GPU device of adapter '{adapter}' was lost ({reason}); loading the model again opens a new device")]
+    DeviceLost { adapter: String, reason: String },
     #[error("GPU error: {0}")]
     Gpu(String),
     #[error("reading back from the GPU failed: {0}")]

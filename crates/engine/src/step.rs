@@ -181,6 +181,7 @@ impl<'g> Step<'g> {
     /// Submit without reading anything back.
     pub fn submit(self) -> Result<()> {
         let gpu = self.gpu;
+        gpu.check()?;
         let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         self.encode(&mut encoder)?;
         gpu.queue.submit([encoder.finish()]);
@@ -197,6 +198,7 @@ impl<'g> Step<'g> {
     /// can record and submit the next step before `wait`ing for this one (decode pipelining).
     pub fn submit_with_read(self, src: &GpuBuffer, offset: u64, len: u64) -> Result<PendingRead> {
         let gpu = self.gpu;
+        gpu.check()?;
         let len4 = len.div_ceil(4) * 4;
         let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
@@ -228,16 +230,20 @@ impl PendingRead {
     /// Wait for this submission only (later ones keep running) and return the bytes.
     pub async fn wait(self, gpu: &Gpu) -> Result<Vec<u8>> {
         // Natively the device must be polled to make progress; the browser drives itself.
+        // A lost device (or a GPU error raised by this step) explains a failed readback better
+        // than the readback's own error does.
+        let failed = |e: String| gpu.check().err().unwrap_or(EngineError::Readback(e));
         #[cfg(not(target_arch = "wasm32"))]
         gpu.device
             .poll(wgpu::PollType::Wait { submission_index: Some(self.index.clone()), timeout: None })
-            .map_err(|e| EngineError::Readback(e.to_string()))?;
+            .map_err(|e| failed(e.to_string()))?;
         #[cfg(target_arch = "wasm32")]
-        let _ = (gpu, &self.index);
+        let _ = &self.index;
         self.rx
             .await
-            .map_err(|_| EngineError::Readback("map callback dropped".into()))?
-            .map_err(|e| EngineError::Readback(e.to_string()))?;
+            .map_err(|_| failed("map callback dropped".into()))?
+            .map_err(|e| failed(e.to_string()))?;
+        gpu.check()?;
         let mut data = self.staging.get_mapped_range(..).map_err(|e| EngineError::Readback(e.to_string()))?.to_vec();
         self.staging.unmap();
         data.truncate(self.len);

@@ -77,17 +77,7 @@ impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Self> {
         let index_path = dir.join("model.safetensors.index.json");
         let file_names: Vec<String> = if index_path.exists() {
-            let bytes = read_file(&index_path)?;
-            let v: serde_json::Value =
-                serde_json::from_slice(&bytes).map_err(|e| ModelError::Json { path: index_path.clone(), message: e.to_string() })?;
-            let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ModelError::Config {
-                path: index_path.clone(),
-                message: "missing 'weight_map' object".into(),
-            })?;
-            let mut names: Vec<String> = map.values().filter_map(|f| f.as_str().map(String::from)).collect();
-            names.sort();
-            names.dedup();
-            names
+            shard_names(&read_file(&index_path)?, &index_path)?
         } else {
             let mut names = Vec::new();
             let rd = std::fs::read_dir(dir).map_err(|e| match e.kind() {
@@ -159,6 +149,34 @@ impl WeightSource for Checkpoint {
     fn describe(&self) -> String {
         self.description.clone()
     }
+}
+
+/// The shard files a `model.safetensors.index.json` names (sorted, deduplicated). Each must be a
+/// plain file name in the checkpoint's folder: a path (`../x`, `/etc/x`, `a/b`) is refused, so an
+/// index cannot make the loader open files elsewhere.
+pub fn shard_names(bytes: &[u8], index_path: &Path) -> Result<Vec<String>> {
+    let err = |message: String| ModelError::Config { path: index_path.into(), message };
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| ModelError::Json { path: index_path.into(), message: e.to_string() })?;
+    let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| err("missing 'weight_map' object".into()))?;
+    let mut names = Vec::with_capacity(map.len());
+    for (tensor, file) in map {
+        let file = file.as_str().ok_or_else(|| err(format!("weight_map entry '{tensor}': expected a file name, found {file}")))?;
+        let plain = !file.is_empty()
+            && file != "."
+            && file != ".."
+            && !file.contains(['/', '\\', '\0'])
+            && !(file.len() >= 2 && file.as_bytes()[1] == b':');
+        if !plain {
+            return Err(err(format!("weight_map entry '{tensor}': '{file}' is not a plain file name in the checkpoint folder")));
+        }
+        names.push(file.to_string());
+    }
+    if names.is_empty() {
+        return Err(err("'weight_map' is empty".into()));
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 /// Memory-map a checkpoint file (memmap2 does not build for wasm32, where files are read whole;

@@ -187,7 +187,7 @@ impl Qwen3Config {
             return Err(cfg_err(format!("head_dim {head_dim} must be even and at most {}", domino_engine::kernels::MAX_HEAD_DIM)));
         }
         let eos_token_ids = parse_token_ids(raw.eos_token_id.as_ref());
-        Ok(Self {
+        let config = Self {
             hidden_size: raw.hidden_size,
             num_layers: raw.num_hidden_layers,
             num_heads: raw.num_attention_heads,
@@ -201,7 +201,65 @@ impl Qwen3Config {
             tie_word_embeddings: raw.tie_word_embeddings,
             eos_token_ids,
             qk_norm,
-        })
+        };
+        config.check_sizes().map_err(cfg_err)?;
+        Ok(config)
+    }
+
+    /// Every tensor of the model with its `[out, in]` shape, in load order.
+    pub fn tensor_plan(&self) -> Vec<(String, Vec<usize>)> {
+        let (h, inter, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
+        let (qw, kvw) = (self.num_heads.saturating_mul(self.head_dim), self.num_kv_heads.saturating_mul(self.head_dim));
+        let mut plan: Vec<(String, Vec<usize>)> = vec![("model.embed_tokens.weight".into(), vec![v, h])];
+        for l in 0..self.num_layers {
+            let p = format!("model.layers.{l}.");
+            plan.push((p.clone() + "input_layernorm.weight", vec![h]));
+            plan.push((p.clone() + "self_attn.q_proj.weight", vec![qw, h]));
+            plan.push((p.clone() + "self_attn.k_proj.weight", vec![kvw, h]));
+            plan.push((p.clone() + "self_attn.v_proj.weight", vec![kvw, h]));
+            plan.push((p.clone() + "self_attn.o_proj.weight", vec![h, qw]));
+            if self.qk_norm {
+                plan.push((p.clone() + "self_attn.q_norm.weight", vec![self.head_dim]));
+                plan.push((p.clone() + "self_attn.k_norm.weight", vec![self.head_dim]));
+            }
+            plan.push((p.clone() + "post_attention_layernorm.weight", vec![h]));
+            plan.push((p.clone() + "mlp.gate_proj.weight", vec![inter, h]));
+            plan.push((p.clone() + "mlp.up_proj.weight", vec![inter, h]));
+            plan.push((p + "mlp.down_proj.weight", vec![h, inter]));
+        }
+        plan.push(("model.norm.weight".into(), vec![h]));
+        if !self.tie_word_embeddings {
+            plan.push(("lm_head.weight".into(), vec![v, h]));
+        }
+        plan
+    }
+
+    /// Refuses sizes whose weights could not even be counted: every matrix's f32 byte size, and
+    /// the fused q/k/v width, must fit in 64 bits (far above any adapter's limits, which the memory
+    /// check compares against later). Also bounds the layer count, which sizes per-layer lists.
+    pub(crate) fn check_sizes(&self) -> std::result::Result<(), String> {
+        const MAX_LAYERS: usize = 1 << 16;
+        if self.num_layers > MAX_LAYERS {
+            return Err(format!("{} layers is more than {MAX_LAYERS}", self.num_layers));
+        }
+        let dims = [self.hidden_size, self.intermediate_size, self.vocab_size, self.num_heads, self.num_kv_heads, self.head_dim];
+        let qkv = self
+            .num_heads
+            .checked_add(self.num_kv_heads.saturating_mul(2))
+            .and_then(|n| n.checked_mul(self.head_dim))
+            .and_then(|w| w.checked_mul(self.hidden_size.max(1)));
+        let fits = |a: usize, b: usize| (a as u64).checked_mul(b as u64).and_then(|n| n.checked_mul(4)).is_some_and(|n| usize::try_from(n).is_ok());
+        let ok = qkv.is_some()
+            && fits(self.vocab_size, self.hidden_size)
+            && fits(self.intermediate_size, self.hidden_size)
+            && fits(self.max_position_embeddings, self.num_kv_heads.saturating_mul(self.head_dim));
+        if !ok {
+            return Err(format!(
+                "sizes too large to represent (hidden {}, intermediate {}, vocab {}, heads {}/{} x {})",
+                dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]
+            ));
+        }
+        Ok(())
     }
 
     pub fn q_width(&self) -> usize {
@@ -210,6 +268,18 @@ impl Qwen3Config {
     pub fn kv_width(&self) -> usize {
         self.num_kv_heads * self.head_dim
     }
+}
+
+/// Every tensor of `plan` has an element count whose f32 byte size fits in 64 bits (and usize);
+/// else the message names the first tensor that does not.
+pub fn plan_fits(plan: &[(String, Vec<usize>)]) -> std::result::Result<(), String> {
+    for (name, shape) in plan {
+        let bytes = shape.iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+        if !bytes.is_some_and(|b| usize::try_from(b).is_ok()) {
+            return Err(format!("tensor {name} of shape {shape:?} is too large to represent"));
+        }
+    }
+    Ok(())
 }
 
 /// eos_token_id may be an int or a list of ints.

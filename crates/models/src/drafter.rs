@@ -56,6 +56,11 @@ pub struct DrafterConfig {
     pub head_prefix: String,
 }
 
+/// Most layers a drafter (or the target it names) may have.
+const MAX_LAYERS: usize = 1 << 16;
+/// Most tokens per draft block (a verify pass holds a block; real drafters use 8 to 16).
+const MAX_BLOCK_SIZE: usize = 1 << 12;
+
 /// The prefix older Domino checkpoints put before the head tensors.
 pub const OLD_HEAD_PREFIX: &str = "logit_head.";
 
@@ -89,6 +94,12 @@ impl DrafterConfig {
         let num_heads = root.usize("num_attention_heads")?;
         let hidden_size = root.usize("hidden_size")?;
         let num_target_layers = root.usize("num_target_layers")?;
+        // Bounded before anything loops over layers (the default target_layer_ids, the tensor plan).
+        for (name, v) in [("num_hidden_layers", num_layers), ("num_target_layers", num_target_layers)] {
+            if v > MAX_LAYERS {
+                return Err(root.error(name, &format!("{v} is more than {MAX_LAYERS}")));
+            }
+        }
         let mask_token_id = either(&dflash, &root, "mask_token_id")?.ok_or_else(|| dflash.error("mask_token_id", "missing"))?;
         let mask_token_id = u32::try_from(mask_token_id).map_err(|_| dflash.error("mask_token_id", "does not fit in 32 bits"))?;
         let target_layer_ids = match either_list(&dflash, &root, "target_layer_ids")? {
@@ -131,10 +142,10 @@ impl DrafterConfig {
         self.target_layer_ids.len()
     }
     pub fn q_width(&self) -> usize {
-        self.num_heads * self.head_dim
+        self.num_heads.saturating_mul(self.head_dim)
     }
     pub fn kv_width(&self) -> usize {
-        self.num_kv_heads * self.head_dim
+        self.num_kv_heads.saturating_mul(self.head_dim)
     }
 
     /// Drafts one block yields: B with shifted labels (every slot predicts its successor), else B − 1
@@ -162,8 +173,8 @@ impl DrafterConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be positive"));
         }
-        if self.block_size == 0 {
-            return Err("block_size must be at least 1 (found 0)".into());
+        if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
+            return Err(format!("block_size must be between 1 and {MAX_BLOCK_SIZE} (found {})", self.block_size));
         }
         if !self.shift_label && self.block_size < 2 {
             return Err("block_size 1 yields no drafts without shift_label (slot 0 is the anchor)".into());
@@ -226,6 +237,7 @@ impl DrafterConfig {
                 target.num_layers - 1
             )));
         }
+        crate::config::plan_fits(&drafter_tensor_plan(self, target)).map_err(err)?;
         Ok(())
     }
 }
@@ -255,7 +267,7 @@ pub fn drafter_tensor_plan(cfg: &DrafterConfig, target: &Qwen3Config) -> Vec<(St
     let (h, d, i) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
     let (qw, kvw) = (cfg.q_width(), cfg.kv_width());
     let mut plan = vec![
-        ("fc.weight".to_string(), vec![h, cfg.num_features() * target.hidden_size]),
+        ("fc.weight".to_string(), vec![h, cfg.num_features().saturating_mul(target.hidden_size)]),
         ("hidden_norm.weight".to_string(), vec![h]),
     ];
     for l in 0..cfg.num_layers {
@@ -277,9 +289,10 @@ pub fn drafter_tensor_plan(cfg: &DrafterConfig, target: &Qwen3Config) -> Vec<(St
     plan.push(("norm.weight".to_string(), vec![h]));
     if let (DrafterKind::Domino, Some(e), Some(g)) = (cfg.kind, cfg.emb_dim, cfg.gru_hidden_dim) {
         let p = &cfg.head_prefix;
-        plan.push((format!("{p}prefix_gru.weight_ih_l0"), vec![3 * g, h]));
-        plan.push((format!("{p}prefix_gru.weight_hh_l0"), vec![3 * g, g]));
-        plan.push((format!("{p}embed_proj.0.weight"), vec![e, h + g]));
+        // Saturating: validate_against refuses a plan whose sizes overflow.
+        plan.push((format!("{p}prefix_gru.weight_ih_l0"), vec![g.saturating_mul(3), h]));
+        plan.push((format!("{p}prefix_gru.weight_hh_l0"), vec![g.saturating_mul(3), g]));
+        plan.push((format!("{p}embed_proj.0.weight"), vec![e, h.saturating_add(g)]));
         plan.push((format!("{p}embed_proj.2.weight"), vec![target.vocab_size, e]));
     }
     plan

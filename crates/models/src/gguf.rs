@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
+/// Items in one metadata array: far above real vocabularies (Qwen3: 151k tokens, 151k merges), low
+/// enough that a hostile count cannot make the parser hold more than a few GB.
+const MAX_ARRAY_ITEMS: usize = 1 << 24;
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,8 +105,12 @@ pub struct GgufTensorInfo {
 }
 
 impl GgufTensorInfo {
+    /// The element count (every parsed tensor's fits in u64: `GgufFile` refuses dims that overflow).
     pub fn elements(&self) -> u64 {
-        self.dims.iter().product()
+        self.checked_elements().unwrap_or(u64::MAX)
+    }
+    fn checked_elements(&self) -> Option<u64> {
+        self.dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
     }
     /// Shape in row-major (PyTorch) order.
     pub fn shape(&self) -> Vec<usize> {
@@ -208,7 +215,10 @@ impl<'a> Reader<'a> {
             9 if depth == 0 => {
                 let item = self.u32(key)?;
                 let n = self.count(&format!("{key}: array length"), 1)?;
-                let mut v = Vec::with_capacity(n);
+                if n > MAX_ARRAY_ITEMS {
+                    return Err(self.corrupt(&format!("metadata {key}: an array of {n} items (at most {MAX_ARRAY_ITEMS})")));
+                }
+                let mut v = Vec::with_capacity(n.min(1 << 16));
                 for _ in 0..n {
                     v.push(self.value(item, key, depth + 1)?);
                 }
@@ -256,7 +266,9 @@ impl GgufFile {
             let key = r.string("metadata key")?;
             let ty = r.u32(&key)?;
             let v = r.value(ty, &key, 0)?;
-            meta_index.insert(key.clone(), metadata.len());
+            if meta_index.insert(key.clone(), metadata.len()).is_some() {
+                return Err(ModelError::Gguf { path: path.into(), message: format!("metadata key {key} appears twice") });
+            }
             metadata.push((key, v));
         }
         let mut tensors = Vec::with_capacity(n_tensors);
@@ -273,7 +285,9 @@ impl GgufFile {
             }
             let ggml_type = r.u32(&name)?;
             let offset = r.u64(&name)?;
-            tensor_index.insert(name.clone(), tensors.len());
+            if tensor_index.insert(name.clone(), tensors.len()).is_some() {
+                return Err(ModelError::Gguf { path: path.into(), message: format!("tensor {name} appears twice in the tensor index") });
+            }
             tensors.push(GgufTensorInfo { name, dims, ggml_type, offset });
         }
         let mut file = Self { path: path.into(), version, metadata, meta_index, tensors, tensor_index, data_start: 0, bytes: Box::new(Vec::<u8>::new()) };
@@ -289,22 +303,33 @@ impl GgufFile {
         // Every tensor must lie inside the file, aligned: a truncated download fails here, up front.
         let len = all.len() as u64;
         for t in &file.tensors {
+            let elements = t.checked_elements().ok_or_else(|| ModelError::Gguf {
+                path: path.into(),
+                message: format!("tensor {}: dims {:?} multiply beyond 64 bits: corrupt", t.name, t.dims),
+            })?;
             let bytes_needed = match t.dtype() {
                 Ok(d) => {
                     let inner = t.dims.first().copied().unwrap_or(1);
                     if matches!(d, HostDType::Quant(_)) && inner % 32 != 0 {
                         return Err(ModelError::Gguf { path: path.into(), message: format!("tensor {}: {} rows of {inner} values are not whole blocks of 32", t.name, d.name()) });
                     }
-                    d.bytes_for(t.elements() as usize) as u64
+                    match d {
+                        HostDType::Quant(q) => Some(elements / 32 * q.block_bytes() as u64),
+                        HostDType::F32 => elements.checked_mul(4),
+                        HostDType::F16 | HostDType::BF16 => elements.checked_mul(2),
+                    }
                 }
-                Err(_) => 0, // size unknown to us; reported by name if the tensor is used
+                Err(_) => Some(0), // size unknown to us; reported by name if the tensor is used
             };
-            if t.offset % alignment != 0 || data_start + t.offset + bytes_needed > len {
+            let end = bytes_needed.and_then(|b| data_start.checked_add(t.offset)?.checked_add(b));
+            if t.offset % alignment != 0 || !end.is_some_and(|e| e <= len) {
                 return Err(ModelError::Gguf {
                     path: path.into(),
                     message: format!(
                         "tensor {}: data at offset {} ({} bytes) lies outside the file ({len} bytes) or is misaligned: truncated or corrupt",
-                        t.name, t.offset, bytes_needed
+                        t.name,
+                        t.offset,
+                        bytes_needed.map(|b| b.to_string()).unwrap_or_else(|| "more than 2^64".into())
                     ),
                 });
             }

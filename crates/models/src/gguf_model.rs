@@ -77,6 +77,7 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<Qwen3Config> {
     if head_dim % 2 != 0 || head_dim > domino_engine::kernels::MAX_HEAD_DIM {
         return Err(err(format!("head_dim {head_dim} must be even and at most {}", domino_engine::kernels::MAX_HEAD_DIM)));
     }
+    config.check_sizes().map_err(err)?;
     Ok(config)
 }
 

@@ -9,6 +9,7 @@ pub mod drafter;
 pub mod drafter_gpu;
 pub mod drafter_reference;
 pub mod error;
+pub mod fuzzing;
 pub mod gguf;
 pub mod gguf_model;
 pub mod gguf_tokenizer;

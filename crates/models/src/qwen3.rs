@@ -166,27 +166,7 @@ impl Qwen3Model {
         let (h, qw, kvw, inter, v) = (c.hidden_size, c.q_width(), c.kv_width(), c.intermediate_size, c.vocab_size);
         let untied = !c.tie_word_embeddings;
         // Plan: every tensor with its expected shape, so totals are known and shapes checked up front.
-        let mut plan: Vec<(String, Vec<usize>)> = vec![("model.embed_tokens.weight".into(), vec![v, h])];
-        for l in 0..c.num_layers {
-            let p = format!("model.layers.{l}.");
-            plan.push((p.clone() + "input_layernorm.weight", vec![h]));
-            plan.push((p.clone() + "self_attn.q_proj.weight", vec![qw, h]));
-            plan.push((p.clone() + "self_attn.k_proj.weight", vec![kvw, h]));
-            plan.push((p.clone() + "self_attn.v_proj.weight", vec![kvw, h]));
-            plan.push((p.clone() + "self_attn.o_proj.weight", vec![h, qw]));
-            if c.qk_norm {
-                plan.push((p.clone() + "self_attn.q_norm.weight", vec![c.head_dim]));
-                plan.push((p.clone() + "self_attn.k_norm.weight", vec![c.head_dim]));
-            }
-            plan.push((p.clone() + "post_attention_layernorm.weight", vec![h]));
-            plan.push((p.clone() + "mlp.gate_proj.weight", vec![inter, h]));
-            plan.push((p.clone() + "mlp.up_proj.weight", vec![inter, h]));
-            plan.push((p.clone() + "mlp.down_proj.weight", vec![h, inter]));
-        }
-        plan.push(("model.norm.weight".into(), vec![h]));
-        if untied {
-            plan.push(("lm_head.weight".into(), vec![v, h]));
-        }
+        let plan = c.tensor_plan();
         let mut total = 0u64;
         for (name, shape) in &plan {
             total += expect_shape(src, name, shape)?;
@@ -282,7 +262,9 @@ impl Qwen3Model {
         let shape = self.attention_shape();
         let chunks = capacity.div_ceil(kernels::ATTENTION_CHUNK as usize) as u64;
         let per_row = shape.n_heads as u64 * chunks * shape.head_dim as u64 * 4;
-        let scratch_rows = ((32u64 << 20) / per_row.max(1)).clamp(1, max_rows as u64) as u32;
+        // At most 32 MiB, and one storage binding: passes of fewer rows share a smaller scratch.
+        let scratch_budget = (32u64 << 20).min(gpu.caps.max_storage_binding);
+        let scratch_rows = (scratch_budget / per_row.max(1)).clamp(1, max_rows as u64) as u32;
         let scratch = AttentionScratch::new(gpu, shape, scratch_rows, capacity as u32)?;
         let f = |name: &str, width: usize, rows: usize| gpu.binding_buffer(name, (rows * width * 4) as u64);
         let state = ForwardState {

@@ -138,17 +138,14 @@ impl TextTokenizer {
             .chat_template
             .as_deref()
             .ok_or_else(|| ModelError::ChatTemplate("this model's tokenizer_config.json has no chat_template".into()))?;
-        let env = template_env();
-        let template =
-            env.template_from_str(source).map_err(|e| ModelError::ChatTemplate(format!("cannot parse: {e}")))?;
-        let ctx = minijinja::context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            enable_thinking => enable_thinking,
-            bos_token => self.bos_token.as_deref().unwrap_or(""),
-            eos_token => self.eos_token.as_deref().unwrap_or(""),
-        };
-        template.render(ctx).map_err(|e| ModelError::ChatTemplate(format!("cannot render: {e}")))
+        render_chat_template(
+            source,
+            messages,
+            add_generation_prompt,
+            enable_thinking,
+            self.bos_token.as_deref().unwrap_or(""),
+            self.eos_token.as_deref().unwrap_or(""),
+        )
     }
 
     /// Id of the config's `eos_token` (the chat end marker, e.g. `<|im_end|>` for Qwen3), if any.
@@ -158,6 +155,78 @@ impl TextTokenizer {
 
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
+    }
+}
+
+/// Most bytes a rendered chat prompt may have (far beyond any context: 16 MiB of text is millions
+/// of tokens). A template that writes more is refused instead of filling memory.
+pub const MAX_CHAT_PROMPT_BYTES: usize = 16 << 20;
+
+/// Template instructions one render may run, plus [`TEMPLATE_FUEL_PER_MESSAGE`] per message: real
+/// templates (Qwen3's, with tools and thinking) use a few hundred per message; a looping template
+/// runs out and is refused instead of hanging.
+pub const TEMPLATE_FUEL: u64 = 200_000;
+pub const TEMPLATE_FUEL_PER_MESSAGE: u64 = 20_000;
+
+/// Renders a chat template (Jinja source, as in `tokenizer_config.json` or GGUF
+/// `tokenizer.chat_template`) with HF's variables. Hostile templates get errors, not hangs or huge
+/// allocations: rendering stops after [`TEMPLATE_FUEL`] instructions, at [`MAX_CHAT_PROMPT_BYTES`] of
+/// output, or 64 levels of recursion.
+pub fn render_chat_template(
+    source: &str,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    enable_thinking: bool,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<String> {
+    let mut env = template_env();
+    // Real templates nest a few levels; a self-recursive macro stops here, well before the stack of
+    // a 2 MiB thread (minijinja's own default is 500 levels).
+    env.set_recursion_limit(64);
+    env.set_fuel(Some(TEMPLATE_FUEL.saturating_add(TEMPLATE_FUEL_PER_MESSAGE.saturating_mul(messages.len() as u64))));
+    let template = env.template_from_str(source).map_err(|e| ModelError::ChatTemplate(format!("cannot parse: {e}")))?;
+    let ctx = minijinja::context! {
+        messages => messages,
+        add_generation_prompt => add_generation_prompt,
+        enable_thinking => enable_thinking,
+        bos_token => bos_token,
+        eos_token => eos_token,
+    };
+    let mut out = CappedWriter { bytes: Vec::new(), limit: MAX_CHAT_PROMPT_BYTES };
+    match template.render_captured_to(ctx, &mut out) {
+        Ok(_) => {}
+        Err(_) if out.bytes.len() > out.limit => {
+            return Err(ModelError::ChatTemplate(format!("the rendered prompt exceeds {} MiB", MAX_CHAT_PROMPT_BYTES >> 20)))
+        }
+        Err(e) => return Err(ModelError::ChatTemplate(format!("cannot render: {}", one_line(&e)))),
+    }
+    String::from_utf8(out.bytes).map_err(|_| ModelError::ChatTemplate("the rendered prompt is not UTF-8".into()))
+}
+
+/// minijinja's error with its cause chain on one line (its Display has no newlines, but a template's
+/// own `raise_exception` message may).
+fn one_line(e: &minijinja::Error) -> String {
+    e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// An `io::Write` into memory that fails once more than `limit` bytes arrive.
+struct CappedWriter {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            self.bytes.resize(self.limit + 1, 0);
+            return Err(std::io::Error::other("rendered prompt too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

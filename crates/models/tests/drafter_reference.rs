@@ -161,7 +161,7 @@ fn config_errors_name_the_field() {
     });
     assert!(parse_error(&no_gru).contains("gru_hidden_dim"));
     let block0 = edited(DFLASH_8B, |v| v["block_size"] = 0.into());
-    assert!(parse_error(&block0).contains("block_size must be at least 1"));
+    assert!(parse_error(&block0).contains("block_size must be between 1 and 4096 (found 0)"));
     let conflict = edited(DFLASH_8B, |v| v["dflash_config"]["block_size"] = 8.into());
     assert!(parse_error(&conflict).contains("block_size"));
     let sliding = edited(DFLASH_8B, |v| v["layer_types"][2] = "sliding_attention".into());

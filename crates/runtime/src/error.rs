@@ -6,6 +6,9 @@ pub enum RuntimeError {
     ContextOverflow { prompt: usize, max_tokens: usize, context: usize, limit: &'static str },
     #[error("{0}")]
     Unsupported(String),
+    /// The memory check refused a request before any upload (the message names need and limit).
+    #[error("{0}")]
+    Memory(String),
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error("prompt token id {id} at index {index} is outside the vocabulary (vocab_size {vocab})")]

@@ -5,11 +5,13 @@ pub mod batch;
 pub mod clock;
 pub mod draft_len;
 pub mod error;
+pub mod memory;
 pub mod session;
 pub mod speculative;
 
 pub use batch::{BatchEvent, Batcher, SequenceId, BATCH_MAX_ROWS};
 pub use draft_len::{DraftLen, DraftScheduler, RoundCosts};
 pub use error::{Result, RuntimeError};
+pub use memory::{check_memory, MemoryLimits, MemoryPlan, MemoryRequest};
 pub use speculative::{SpeculativeOptions, SpeculativeSession, SpeculativeStats};
 pub use session::{GenerateOptions, Generation, GenerationStats, Session, StopReason};

@@ -19,6 +19,8 @@ pub struct Request {
     pub block_size: Option<usize>,
     /// `draftLen`: "auto" (default) or a fixed number of drafts per round.
     pub draft_len: DraftLen,
+    /// `context`: the KV cache capacity in positions (default: prompt + maxTokens).
+    pub context: Option<usize>,
     pub on_token: Option<Function>,
 }
 
@@ -75,6 +77,7 @@ impl Request {
             speculative,
             block_size,
             draft_len,
+            context: o.uint("context", 1e9).map_err(u)?.map(|c| (c as usize).max(1)),
             on_token: o.function("onToken").map_err(u)?,
         })
     }
@@ -82,7 +85,7 @@ impl Request {
 
 /// Run `req` and build the `domino generate --json` object.
 pub async fn generate(loaded: &mut Loaded, req: Request) -> Result<serde_json::Value, WebError> {
-    let capacity = (req.prompt_ids.len() + req.opts.max_tokens).min(loaded.model.config.max_position_embeddings).max(1);
+    let capacity = req.context.unwrap_or_else(|| (req.prompt_ids.len() + req.opts.max_tokens).min(loaded.model.config.max_position_embeddings).max(1));
     if let Some(d) = loaded.drafter.as_mut() {
         // blockSize overrides the drafter's own block size for this call (as `--block-size`).
         d.config.block_size = req.block_size.unwrap_or(loaded.drafter_block_size);

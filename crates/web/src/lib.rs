@@ -136,6 +136,15 @@ impl Domino {
             // Free the previous model's buffers before uploading the next one.
             s.loaded = None;
             s.gpu.clear_bind_groups();
+            if s.gpu.lost().is_some() {
+                // The device was lost (driver reset, tab in the background too long): open a new
+                // one, so the page continues without a reload.
+                s.gpu = adapter::open().await?;
+                if let Ok(mut e) = s.errors.lock() {
+                    *e = None;
+                }
+                watch_gpu_errors(&s.gpu, s.errors.clone());
+            }
             let loaded = load::load(s.gpu.clone(), &model, draft.as_ref(), format, &progress).await?;
             s.check_gpu()?;
             let summary = serde_json::json!({
@@ -154,7 +163,9 @@ impl Domino {
     }
 
     /// `generate({ prompt, promptIds, chat, maxTokens, temperature, topP, topK, seed, ignoreEos,
-    /// blockSize, noHead, draftLen, draft, onToken })` resolves to the `domino generate --json` object.
+    /// blockSize, noHead, draftLen, draft, context, onToken })` resolves to the `domino generate
+    /// --json` object; `context` sets the KV cache capacity (default: prompt + maxTokens). A lost
+    /// device rejects the promise; the next `load` opens a new device.
     /// `onToken(text, id)` streams; returning `false` from it stops (stop_reason "cancelled").
     /// With a drafter loaded, decoding is speculative unless `draft: false`.
     pub fn generate(&self, opts: JsValue) -> js_sys::Promise {
