@@ -90,6 +90,11 @@ pub fn context_for(requested: Option<usize>, prompt: usize, max_tokens: usize, m
 /// The memory check before any upload: the model as `files` holds it in `dtype`, an optional
 /// drafter folder, and `context` KV positions, against `gpu`'s limits.
 pub fn check_memory(gpu: &Gpu, files: &ModelFiles, dtype: DTypeChoice, draft: Option<&str>, context: usize) -> Result<MemoryPlan, CliError> {
+    check_memory_for(gpu, files, dtype, draft, context, 1)
+}
+
+/// As `check_memory`, for `sequences` KV caches of `context` positions (`serve --max-batch`).
+pub fn check_memory_for(gpu: &Gpu, files: &ModelFiles, dtype: DTypeChoice, draft: Option<&str>, context: usize, sequences: usize) -> Result<MemoryPlan, CliError> {
     let drafter = draft.map(|d| DrafterConfig::from_file(&Path::new(d).join("config.json"))).transpose()?;
     if let Some(d) = &drafter {
         // A drafter for another target is refused here, before the target is uploaded.
@@ -101,6 +106,7 @@ pub fn check_memory(gpu: &Gpu, files: &ModelFiles, dtype: DTypeChoice, draft: Op
         dtype,
         drafter: drafter.as_ref().map(|d| (d, drafter_format(dtype))),
         context,
+        sequences,
     };
     Ok(domino_runtime::check_memory(&req, &MemoryLimits::of(gpu))?)
 }

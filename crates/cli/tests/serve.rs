@@ -26,11 +26,16 @@ struct Server {
 
 impl Server {
     fn start(model: &Path, backend: &str, extra: &[&str]) -> Self {
+        Self::start_with_env(model, backend, extra, &[])
+    }
+
+    fn start_with_env(model: &Path, backend: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut args = vec!["serve", "--model", model.to_str().unwrap(), "--port", "0", "--backend", backend, "--dtype", "f32"];
         args.extend_from_slice(extra);
         let mut child = Command::new(env!("CARGO_BIN_EXE_domino"))
             .args(&args)
             .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -386,4 +391,37 @@ fn chat_streams_replies_with_the_whole_conversation_and_refuses_overflow() {
     assert_eq!(errors.len(), 1, "only the overflowing turn is refused: {stderr}");
     assert!(errors[0].contains("context"), "{stderr}");
     assert_eq!(stderr.lines().filter(|l| l.starts_with('[') && l.contains("tok/s")).count(), 3, "a stats line per reply: {stderr}");
+}
+
+#[test]
+fn a_lost_device_fails_its_requests_with_500_and_the_server_recovers() {
+    let model = tiny_model();
+    for backend in backends() {
+        // The engine destroys its device after 3 steps (a test hook), in the middle of this request.
+        let server = Server::start_with_env(model.path(), &backend, &["--max-batch", "2", "--context", "128"], &[("DOMINO_SERVE_LOSE_DEVICE_AT_STEP", "3")]);
+        let (code, v) = server.post("/v1/chat/completions", &chat_body("hello there", 12));
+        assert_eq!(code, 500, "{backend}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("lost"), "{v}");
+        // The next request runs on a new device and gives the right answer.
+        let (code, v) = server.post("/v1/chat/completions", &chat_body("hello there", 12));
+        assert_eq!(code, 200, "{backend}: {v}");
+        assert_eq!(v["choices"][0]["message"]["content"].as_str().unwrap(), generate_chat_text(model.path(), &backend, "hello there", 12, false));
+        assert_eq!(server.metric("domino_gpu_errors_total"), 1.0);
+    }
+}
+
+#[test]
+fn serve_refuses_a_batch_that_does_not_fit_before_uploading() {
+    let model = tiny_model();
+    let out = Command::new(env!("CARGO_BIN_EXE_domino"))
+        .args(["serve", "--model", model.path().to_str().unwrap(), "--port", "0", "--max-batch", "16", "--context", "256", "--backend", &backends()[0]])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .env("DOMINO_MEMORY_BUDGET", "2M")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with("error: ") && lines[0].contains("16 sequences of 256 positions") && lines[0].contains("--max-batch"), "{stderr}");
 }

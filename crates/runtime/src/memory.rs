@@ -24,6 +24,8 @@ pub struct MemoryRequest<'a> {
     pub drafter: Option<(&'a DrafterConfig, WeightFormat)>,
     /// Positions the KV cache holds (prompt + generated tokens).
     pub context: usize,
+    /// Sequences that each hold a KV cache of `context` positions (1; `serve --max-batch` slots).
+    pub sequences: usize,
 }
 
 /// The adapter's limits that the check compares against.
@@ -151,7 +153,7 @@ pub fn check_memory(req: &MemoryRequest, limits: &MemoryLimits) -> Result<Memory
     };
     let kv_width = (c.num_kv_heads as u64).saturating_mul(c.head_dim as u64);
     let kv_layer = slots.saturating_mul(kv_width).saturating_mul(4);
-    let kv_cache = kv_layer.saturating_mul(2 * c.num_layers as u64);
+    let kv_cache = kv_layer.saturating_mul(2 * c.num_layers as u64).saturating_mul(req.sequences.max(1) as u64);
     let mut largest = (kv_layer, format!("the KV cache of one layer for {} positions", req.context));
     // Attention partials of one row (the scratch shrinks to fewer rows, never below one).
     let chunks = slots.div_ceil(domino_engine::kernels::ATTENTION_CHUNK as u64);
@@ -212,14 +214,15 @@ pub fn check_memory(req: &MemoryRequest, limits: &MemoryLimits) -> Result<Memory
                 String::new()
             };
             return Err(RuntimeError::Memory(format!(
-                "the model needs {} (weights {}, KV cache for {} positions {}{drafter}, scratch {}) but adapter '{}' has a memory budget of {}: lower --context or use a smaller --dtype (q8_0, q4_0)",
+                "the model needs {} (weights {}, KV cache for {} {}{drafter}, scratch {}) but adapter '{}' has a memory budget of {}: lower --context{} or use a smaller --dtype (q8_0, q4_0)",
                 human_bytes(total),
                 human_bytes(weights),
-                req.context,
+                if req.sequences > 1 { format!("{} sequences of {} positions", req.sequences, req.context) } else { format!("{} positions", req.context) },
                 human_bytes(kv_cache),
                 human_bytes(scratch),
                 limits.adapter,
-                human_bytes(budget)
+                human_bytes(budget),
+                if req.sequences > 1 { " or --max-batch" } else { "" }
             )));
         }
     }

@@ -30,7 +30,7 @@ fn the_plan_counts_weights_kv_cache_and_drafter_and_refuses_with_need_and_limit(
     write_tiny_model(dir.path(), &s).unwrap();
     let files = open_model(dir.path()).unwrap();
     let c = &files.config;
-    let req = |dtype, context| MemoryRequest { config: c, weights: files.weights.as_ref(), dtype, drafter: None, context };
+    let req = |dtype, context| MemoryRequest { config: c, weights: files.weights.as_ref(), dtype, drafter: None, context, sequences: 1 };
     let f32_plan = check_memory(&req(DTypeChoice::Format(WeightFormat::F32), 1000), &unlimited()).unwrap();
     let f16_plan = check_memory(&req(DTypeChoice::Format(WeightFormat::F16), 1000), &unlimited()).unwrap();
     // Every matrix in f32 and f16, norms always f32.
@@ -90,7 +90,7 @@ fn a_forced_small_adapter_limit_is_enforced_and_checked_before_upload() {
         let files = open_model(dir.path()).unwrap();
         let limits = MemoryLimits::of(&gpu);
         let fits = (limit / kv_row) as usize;
-        let req = |context| MemoryRequest { config: &files.config, weights: files.weights.as_ref(), dtype: DTypeChoice::Format(WeightFormat::F32), drafter: None, context };
+        let req = |context| MemoryRequest { config: &files.config, weights: files.weights.as_ref(), dtype: DTypeChoice::Format(WeightFormat::F32), drafter: None, context, sequences: 1 };
         let e = check_memory(&req(fits + 1), &limits).unwrap_err().to_string();
         assert!(e.contains("max_storage_buffer_binding_size") && e.contains(&format!("adapter '{}'", gpu.info.name)), "{name}: {e}");
         // The largest context the plan accepts really loads and runs on the limited device.

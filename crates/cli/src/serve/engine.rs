@@ -64,13 +64,71 @@ enum Solo {
     HandOver { job: Job, stats: SpeculativeStats },
 }
 
-/// Build the batcher (reporting its error to `ready`), then serve commands until drained.
-pub fn run(model: Qwen3Model, cfg: EngineConfig, drafting: Option<Drafting>, commands: Receiver<Command>, metrics: Arc<Metrics>, ready: std::sync::mpsc::Sender<Result<(), String>>) {
-    let mut batcher = match Batcher::new(&model, cfg.slots, cfg.context, cfg.max_rows) {
+/// Opens a new device and loads the model (and drafter) on it again, after a device loss.
+pub type Reload = Box<dyn Fn() -> Result<(Qwen3Model, Option<Drafting>), String> + Send>;
+
+type Ready = std::sync::mpsc::Sender<Result<(), String>>;
+
+/// Requests that outlive a device: waiting ones, commands taken early, the drain flag.
+#[derive(Default)]
+struct Waiting {
+    queue: VecDeque<Job>,
+    stash: Vec<Command>,
+    draining: bool,
+}
+
+/// Why `serve_on` returned.
+enum Exit {
+    Drained,
+    DeviceLost,
+}
+
+/// Serve commands until drained; when the device is lost (its requests failed with 500), reopen
+/// it with `reload` and go on with the queue. `ready` hears whether the first start worked.
+pub fn run(first: (Qwen3Model, Option<Drafting>), reload: Reload, cfg: EngineConfig, commands: Receiver<Command>, metrics: Arc<Metrics>, ready: Ready) {
+    let mut waiting = Waiting::default();
+    let mut next = Some(first);
+    let mut ready = Some(ready);
+    loop {
+        let (model, drafting) = match next.take() {
+            Some(m) => m,
+            None => match reload() {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("domino serve: cannot reopen the GPU ({e}); retrying in 1 s");
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            },
+        };
+        match serve_on(&model, &cfg, drafting, &commands, &metrics, &mut waiting, ready.take()) {
+            Exit::Drained => return,
+            Exit::DeviceLost => eprintln!("domino serve: the GPU device was lost ({}); reopening it", model.gpu.lost().unwrap_or_default()),
+        }
+    }
+}
+
+/// Test hook: `DOMINO_SERVE_LOSE_DEVICE_AT_STEP=N` destroys the device after N steps, once, so the
+/// tests can check that a lost device fails its requests with 500 and the server recovers.
+fn lose_device_for_test(model: &Qwen3Model, steps: u64) {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let at = std::env::var("DOMINO_SERVE_LOSE_DEVICE_AT_STEP").ok().and_then(|v| v.parse::<u64>().ok());
+    if at == Some(steps) && !DONE.swap(true, Ordering::SeqCst) {
+        model.gpu.destroy();
+    }
+}
+
+fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, commands: &Receiver<Command>, metrics: &Metrics, w: &mut Waiting, ready: Option<Ready>) -> Exit {
+    let report = |r: Result<(), String>| {
+        if let Some(tx) = &ready {
+            let _ = tx.send(r);
+        }
+    };
+    let mut batcher = match Batcher::new(model, cfg.slots, cfg.context, cfg.max_rows) {
         Ok(b) => b,
         Err(e) => {
-            let _ = ready.send(Err(e.to_string()));
-            return;
+            report(Err(e.to_string()));
+            return Exit::Drained;
         }
     };
     // The speculative session (its own KV cache) and its options, calibrated once.
@@ -80,56 +138,54 @@ pub fn run(model: Qwen3Model, cfg: EngineConfig, drafting: Option<Drafting>, com
     };
     let mut solo: Option<(SpeculativeSession, SpeculativeOptions)> = None;
     if let (Some(drafter), Some(mut options)) = (drafter.as_ref(), options) {
-        let mut session = match SpeculativeSession::new(&model, drafter, cfg.context) {
+        let mut session = match SpeculativeSession::new(model, drafter, cfg.context) {
             Ok(s) => s,
             Err(e) => {
-                let _ = ready.send(Err(e.to_string()));
-                return;
+                report(Err(e.to_string()));
+                return Exit::Drained;
             }
         };
         if let (Some(calibrate), domino_runtime::DraftLen::Auto) = (calibrate, options.draft_len) {
             match calibrate(&mut session) {
                 Ok(costs) => options.costs = Some(costs),
                 Err(e) => {
-                    let _ = ready.send(Err(e));
-                    return;
+                    report(Err(e));
+                    return Exit::Drained;
                 }
             }
         }
         solo = Some((session, options));
     }
-    let _ = ready.send(Ok(()));
-    let mut queue: VecDeque<Job> = VecDeque::new();
+    report(Ok(()));
+    let Waiting { queue, stash, draining } = w;
     let mut running: HashMap<SequenceId, UnboundedSender<JobEvent>> = HashMap::new();
     // Speculative statistics of requests handed over to the batcher, attached when they finish.
     let mut handed: HashMap<SequenceId, SpeculativeStats> = HashMap::new();
-    let mut stash: Vec<Command> = Vec::new();
-    let mut draining = false;
     loop {
         // Block only when there is nothing to do; otherwise take what arrived and step.
         let idle = batcher.is_idle() && queue.is_empty() && stash.is_empty();
-        if idle && draining {
-            return;
+        if idle && *draining {
+            return Exit::Drained;
         }
         let first = if idle {
             match commands.recv_timeout(Duration::from_millis(200)) {
                 Ok(c) => Some(c),
                 Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => return Exit::Drained,
             }
         } else {
             None
         };
-        let arrived: Vec<Command> = std::mem::take(&mut stash).into_iter().chain(first).chain(commands.try_iter()).collect();
+        let arrived: Vec<Command> = std::mem::take(stash).into_iter().chain(first).chain(commands.try_iter()).collect();
         for cmd in arrived {
             match cmd {
-                Command::Submit(job) if draining => {
+                Command::Submit(job) if *draining => {
                     metrics.waiting.fetch_sub(1, Ordering::Relaxed);
                     let _ = job.events.send(JobEvent::Failed { status: 503, message: "the server is shutting down".into() });
                 }
                 Command::Submit(job) => queue.push_back(job),
                 Command::Drain => {
-                    draining = true;
+                    *draining = true;
                     for job in queue.drain(..) {
                         metrics.waiting.fetch_sub(1, Ordering::Relaxed);
                         let _ = job.events.send(JobEvent::Failed { status: 503, message: "the server is shutting down".into() });
@@ -157,11 +213,11 @@ pub fn run(model: Qwen3Model, cfg: EngineConfig, drafting: Option<Drafting>, com
         });
         // Alone with a drafter: decode speculatively until done or until another request arrives.
         if let Some((session, options)) = solo.as_mut() {
-            if batcher.is_idle() && queue.len() == 1 && !draining {
+            if batcher.is_idle() && queue.len() == 1 && !*draining {
                 let job = queue.pop_front().expect("one queued job");
                 metrics.waiting.fetch_sub(1, Ordering::Relaxed);
                 metrics.active.store(1, Ordering::Relaxed);
-                if let Solo::HandOver { job, stats } = run_solo(session, options, job, &commands, &mut stash, &metrics) {
+                if let Solo::HandOver { job, stats } = run_solo(session, options, job, commands, stash, metrics) {
                     match batcher.admit(job.prompt, job.opts) {
                         Ok(id) => {
                             running.insert(id, job.events);
@@ -173,6 +229,9 @@ pub fn run(model: Qwen3Model, cfg: EngineConfig, drafting: Option<Drafting>, com
                     }
                 }
                 metrics.active.store(batcher.active(), Ordering::Relaxed);
+                if model.gpu.lost().is_some() {
+                    return Exit::DeviceLost;
+                }
                 continue;
             }
         }
@@ -196,6 +255,7 @@ pub fn run(model: Qwen3Model, cfg: EngineConfig, drafting: Option<Drafting>, com
             Ok(events) => {
                 let shape = batcher.last_step();
                 metrics.record_step(shape.decode_rows, shape.prefill_rows);
+                lose_device_for_test(model, metrics.steps.load(Ordering::Relaxed));
                 for e in events {
                     match e {
                         BatchEvent::Token { id, token } => {
@@ -224,6 +284,10 @@ pub fn run(model: Qwen3Model, cfg: EngineConfig, drafting: Option<Drafting>, com
                     }
                 }
                 metrics.gpu_errors.fetch_add(1, Ordering::Relaxed);
+                metrics.active.store(0, Ordering::Relaxed);
+                if model.gpu.lost().is_some() {
+                    return Exit::DeviceLost;
+                }
             }
         }
         metrics.active.store(batcher.active(), Ordering::Relaxed);

@@ -10,7 +10,7 @@ pub mod openai;
 pub mod text;
 
 use crate::calibration::{self, CalibrationKey};
-use crate::load::{drafter_format, load_drafter, load_model, open_gpu, parse_dtype};
+use crate::load::{check_memory_for, drafter_format, load_drafter, open_gpu, parse_dtype, upload_model};
 use crate::{model_dir, CliError};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -102,33 +102,45 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     let dtype = parse_dtype(&args.dtype)?;
     let path = model_dir::resolve(args.model.as_deref())?;
-    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage, &args.kernels)?;
-    let loaded = load_model(gpu, &path, dtype, false)?;
-    let tokenizer = loaded.tokenizer.ok_or_else(|| CliError::Usage(format!("{}: no tokenizer (tokenizer.json or GGUF metadata); serve needs one", path.display())))?;
-    let max_pos = loaded.model.config.max_position_embeddings;
+    let files = domino_models::open_model(&path)?;
+    let max_pos = files.config.max_position_embeddings;
     let context = args.context.unwrap_or(max_pos.min(2048));
     if context == 0 || context > max_pos {
         return Err(CliError::Usage(format!("--context {context}: expected 1..={max_pos} (the model's max_position_embeddings)")));
     }
+    if files.tokenizer.is_none() {
+        return Err(CliError::Usage(format!("{}: no tokenizer (tokenizer.json or GGUF metadata); serve needs one", path.display())));
+    }
+    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage, &args.kernels)?;
+    // Every slot's KV cache (and the speculative session's) before anything is uploaded.
+    let sequences = args.max_batch + usize::from(args.draft.is_some());
+    check_memory_for(&gpu, &files, dtype, args.draft.as_deref(), context, sequences)?;
+    let loaded = upload_model(gpu, files, dtype, false)?;
+    let tokenizer = loaded.tokenizer.ok_or_else(|| CliError::Usage(format!("{}: no tokenizer", path.display())))?;
     let model_id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "domino".into());
     let metrics = Arc::new(Metrics::new(args.max_batch));
     let (tx, rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
     let cfg = EngineConfig { slots: args.max_batch, context, max_rows: BATCH_MAX_ROWS };
-    let drafting = match &args.draft {
-        None => None,
-        Some(draft) => {
-            let drafter = load_drafter(&loaded.model, draft, args.block_size, drafter_format(dtype))?;
-            let key = CalibrationKey::new(&loaded.model.gpu, &path, std::path::Path::new(draft), drafter.config.block_size, true, &args.dtype);
-            let calibrate = Box::new(move |session: &mut domino_runtime::SpeculativeSession| calibration::round_costs(session, &key, false).map_err(|e| e.to_string()));
-            Some(engine::Drafting { drafter, options: SpeculativeOptions { use_head: true, timing: false, draft_len: args.draft_len, costs: None }, calibrate })
-        }
-    };
+    let drafting = load_drafting(&loaded.model, &args, &path, dtype)?;
     let engine_metrics = metrics.clone();
     let model = loaded.model;
+    // After a device loss the engine opens a new device and uploads everything again.
+    let reload: engine::Reload = {
+        let (backend, adapter, storage, kernels) = (args.backend.clone(), args.adapter, args.weight_storage.clone(), args.kernels.clone());
+        let (path, draft, block_size, draft_len, dtype_name) = (path.clone(), args.draft.clone(), args.block_size, args.draft_len, args.dtype.clone());
+        Box::new(move || {
+            let gpu = open_gpu(&backend, adapter, &storage, &kernels).map_err(|e| e.to_string())?;
+            let files = domino_models::open_model(&path).map_err(|e| e.to_string())?;
+            let model = upload_model(gpu, files, dtype, true).map_err(|e| e.to_string())?.model;
+            let again = ReloadArgs { draft: draft.clone(), block_size, draft_len, dtype: dtype_name.clone() };
+            let drafting = drafting_for(&model, &again, &path, dtype).map_err(|e| e.to_string())?;
+            Ok((model, drafting))
+        })
+    };
     let engine = std::thread::Builder::new()
         .name("domino-engine".into())
-        .spawn(move || engine::run(model, cfg, drafting, rx, engine_metrics, ready_tx))
+        .spawn(move || engine::run((model, drafting), reload, cfg, rx, engine_metrics, ready_tx))
         .map_err(|e| CliError::Usage(format!("cannot start the engine thread: {e}")))?;
     match ready_rx.recv() {
         Ok(Ok(())) => {}
@@ -159,6 +171,27 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let _ = engine.join();
     eprintln!("domino serve: stopped");
     Ok(())
+}
+
+/// What a drafter needs to be loaded (again, after a device loss).
+struct ReloadArgs {
+    draft: Option<String>,
+    block_size: Option<usize>,
+    draft_len: DraftLen,
+    dtype: String,
+}
+
+fn load_drafting(model: &domino_models::Qwen3Model, args: &ServeArgs, path: &std::path::Path, dtype: domino_engine::DTypeChoice) -> Result<Option<engine::Drafting>, CliError> {
+    drafting_for(model, &ReloadArgs { draft: args.draft.clone(), block_size: args.block_size, draft_len: args.draft_len, dtype: args.dtype.clone() }, path, dtype)
+}
+
+/// The drafter for `model` and how to calibrate its round costs (cached per adapter).
+fn drafting_for(model: &domino_models::Qwen3Model, a: &ReloadArgs, path: &std::path::Path, dtype: domino_engine::DTypeChoice) -> Result<Option<engine::Drafting>, CliError> {
+    let Some(draft) = &a.draft else { return Ok(None) };
+    let drafter = load_drafter(model, draft, a.block_size, drafter_format(dtype))?;
+    let key = CalibrationKey::new(&model.gpu, path, std::path::Path::new(draft), drafter.config.block_size, true, &a.dtype);
+    let calibrate = Box::new(move |session: &mut domino_runtime::SpeculativeSession| calibration::round_costs(session, &key, false).map_err(|e| e.to_string()));
+    Ok(Some(engine::Drafting { drafter, options: SpeculativeOptions { use_head: true, timing: false, draft_len: a.draft_len, costs: None }, calibrate }))
 }
 
 async fn serve(app: Arc<App>, host: &str, port: u16, slots: usize) -> Result<(), CliError> {
