@@ -3,7 +3,7 @@
 //! `/reset` starts over (keeping the system prompt), `/exit` (or end of input) quits.
 
 use crate::calibration::{self, CalibrationKey};
-use crate::load::{drafter_format, load_drafter, load_model, open_gpu, parse_dtype};
+use crate::load::{drafter_format, load_drafter, load_model, parse_dtype, DeviceArgs};
 use crate::{model_dir, CliError};
 use clap::Args;
 use domino_engine::SamplingConfig;
@@ -39,16 +39,8 @@ pub struct ChatArgs {
     /// Positions the conversation may use (default: the model's context, at most 4096).
     #[arg(long)]
     pub context: Option<usize>,
-    #[arg(long, default_value = "auto")]
-    pub dtype: String,
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    #[arg(long)]
-    pub adapter: Option<usize>,
-    #[arg(long, default_value = "auto")]
-    pub weight_storage: String,
-    #[arg(long, default_value = "auto")]
-    pub kernels: String,
+    #[command(flatten)]
+    pub device: DeviceArgs,
     /// Override the drafter's block size.
     #[arg(long, requires = "draft")]
     pub block_size: Option<usize>,
@@ -61,9 +53,9 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
     if !(args.temperature >= 0.0) || !(args.top_p > 0.0 && args.top_p <= 1.0) {
         return Err(CliError::Usage("--temperature must be >= 0 and --top-p in (0, 1]".into()));
     }
-    let dtype = parse_dtype(&args.dtype)?;
+    let dtype = parse_dtype(&args.device.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
-    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage, &args.kernels)?;
+    let gpu = args.device.open_gpu()?;
     let loaded = load_model(gpu, &dir, dtype, false)?;
     let tok = loaded.tokenizer.as_ref().ok_or_else(|| CliError::Usage(format!("{}: no tokenizer; chat needs one", dir.display())))?;
     if !tok.has_chat_template() {
@@ -85,7 +77,7 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
         let mut session = SpeculativeSession::new(&loaded.model, drafter, context)?;
         let costs = match args.draft_len {
             DraftLen::Auto => {
-                let key = CalibrationKey::new(&loaded.model.gpu, &dir, Path::new(draft), drafter.config.block_size, true, &args.dtype);
+                let key = CalibrationKey::new(&loaded.model.gpu, &dir, Path::new(draft), drafter.config.block_size, true, &args.device.dtype);
                 Some(calibration::round_costs(&mut session, &key, false)?)
             }
             DraftLen::Fixed(_) => None,

@@ -50,6 +50,33 @@ pub fn parse_kernels(s: &str) -> Result<KernelChoice, CliError> {
     KernelChoice::parse(s).map_err(|_| CliError::Usage(format!("--kernels {s}: expected auto, cpu or gpu")))
 }
 
+/// Where and how a model runs: the device flags `serve` and `chat` share (as `generate` spells them).
+#[derive(Debug, clap::Args)]
+pub struct DeviceArgs {
+    /// How weights are stored on the GPU: auto (as stored: GGUF blocks stay quantized, floats f16),
+    /// f16, f32, q8_0, q4_0 or q4_1.
+    #[arg(long, default_value = "auto")]
+    pub dtype: String,
+    /// auto, vulkan, metal, dx12 or gl.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Adapter index as listed by `domino devices`.
+    #[arg(long)]
+    pub adapter: Option<usize>,
+    /// Where f16 / f32 weight matrices live: auto (textures on CPU adapters), buffers or textures.
+    #[arg(long, default_value = "auto")]
+    pub weight_storage: String,
+    /// Kernel family: auto (GPU kernels on GPUs, CPU-adapter kernels on CPU adapters), cpu or gpu.
+    #[arg(long, default_value = "auto")]
+    pub kernels: String,
+}
+
+impl DeviceArgs {
+    pub fn open_gpu(&self) -> Result<Arc<Gpu>, CliError> {
+        open_gpu(&self.backend, self.adapter, &self.weight_storage, &self.kernels)
+    }
+}
+
 pub fn open_gpu(backend: &str, adapter: Option<usize>, weight_storage: &str, kernels: &str) -> Result<Arc<Gpu>, CliError> {
     let backend = BackendChoice::parse(backend)?;
     let weight_textures = parse_weight_storage(weight_storage)?;

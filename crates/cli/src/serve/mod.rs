@@ -10,7 +10,7 @@ pub mod openai;
 pub mod text;
 
 use crate::calibration::{self, CalibrationKey};
-use crate::load::{check_memory_for, drafter_format, load_drafter, open_gpu, parse_dtype, upload_model};
+use crate::load::{check_memory_for, drafter_format, load_drafter, open_gpu, parse_dtype, upload_model, DeviceArgs};
 use crate::{model_dir, CliError};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -65,20 +65,8 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1/ routes.
     #[arg(long)]
     pub api_key: Option<String>,
-    /// How weights are stored on the GPU: auto, f16, f32, q8_0, q4_0 or q4_1 (as `generate`).
-    #[arg(long, default_value = "auto")]
-    pub dtype: String,
-    /// auto, vulkan, metal, dx12 or gl.
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    #[arg(long)]
-    pub adapter: Option<usize>,
-    /// auto, buffers or textures (as `generate`).
-    #[arg(long, default_value = "auto")]
-    pub weight_storage: String,
-    /// Kernel family: auto, cpu or gpu (as `generate`).
-    #[arg(long, default_value = "auto")]
-    pub kernels: String,
+    #[command(flatten)]
+    pub device: DeviceArgs,
 }
 
 /// Shared by every handler.
@@ -100,7 +88,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     if args.max_batch == 0 || args.max_batch > BATCH_MAX_ROWS {
         return Err(CliError::Usage(format!("--max-batch {}: expected 1..={BATCH_MAX_ROWS}", args.max_batch)));
     }
-    let dtype = parse_dtype(&args.dtype)?;
+    let dtype = parse_dtype(&args.device.dtype)?;
     let path = model_dir::resolve(args.model.as_deref())?;
     let files = domino_models::open_model(&path)?;
     let max_pos = files.config.max_position_embeddings;
@@ -111,7 +99,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     if files.tokenizer.is_none() {
         return Err(CliError::Usage(format!("{}: no tokenizer (tokenizer.json or GGUF metadata); serve needs one", path.display())));
     }
-    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage, &args.kernels)?;
+    let gpu = args.device.open_gpu()?;
     // Every slot's KV cache (and the speculative session's) before anything is uploaded.
     let sequences = args.max_batch + usize::from(args.draft.is_some());
     check_memory_for(&gpu, &files, dtype, args.draft.as_deref(), context, sequences)?;
@@ -127,8 +115,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let model = loaded.model;
     // After a device loss the engine opens a new device and uploads everything again.
     let reload: engine::Reload = {
-        let (backend, adapter, storage, kernels) = (args.backend.clone(), args.adapter, args.weight_storage.clone(), args.kernels.clone());
-        let (path, draft, block_size, draft_len, dtype_name) = (path.clone(), args.draft.clone(), args.block_size, args.draft_len, args.dtype.clone());
+        let (backend, adapter, storage, kernels) = (args.device.backend.clone(), args.device.adapter, args.device.weight_storage.clone(), args.device.kernels.clone());
+        let (path, draft, block_size, draft_len, dtype_name) = (path.clone(), args.draft.clone(), args.block_size, args.draft_len, args.device.dtype.clone());
         Box::new(move || {
             let gpu = open_gpu(&backend, adapter, &storage, &kernels).map_err(|e| e.to_string())?;
             let files = domino_models::open_model(&path).map_err(|e| e.to_string())?;
@@ -182,7 +170,7 @@ struct ReloadArgs {
 }
 
 fn load_drafting(model: &domino_models::Qwen3Model, args: &ServeArgs, path: &std::path::Path, dtype: domino_engine::DTypeChoice) -> Result<Option<engine::Drafting>, CliError> {
-    drafting_for(model, &ReloadArgs { draft: args.draft.clone(), block_size: args.block_size, draft_len: args.draft_len, dtype: args.dtype.clone() }, path, dtype)
+    drafting_for(model, &ReloadArgs { draft: args.draft.clone(), block_size: args.block_size, draft_len: args.draft_len, dtype: args.device.dtype.clone() }, path, dtype)
 }
 
 /// The drafter for `model` and how to calibrate its round costs (cached per adapter).
