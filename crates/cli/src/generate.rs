@@ -1,6 +1,6 @@
 //! `domino generate`: stream text to stdout, or print exactly one JSON object with --json.
 
-use crate::load::{check_memory, context_for, drafter_format, open_gpu, parse_dtype, upload_model};
+use crate::load::{check_memory, context_for, drafter_format, parse_dtype, upload_model, DeviceArgs};
 use domino_models::open_model;
 use crate::{model_dir, CliError};
 use clap::Args;
@@ -41,24 +41,8 @@ pub struct GenerateArgs {
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// How weights are stored on the GPU: auto (as stored: GGUF blocks stay quantized, floats f16),
-    /// f16, f32, q8_0, q4_0 or q4_1.
-    #[arg(long, default_value = "auto")]
-    pub dtype: String,
-    /// auto, vulkan, metal, dx12 or gl.
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    /// Adapter index as listed by `domino devices`.
-    #[arg(long)]
-    pub adapter: Option<usize>,
-    /// Where f16 / f32 weight matrices live on the GPU: auto (textures on CPU adapters such as
-    /// llvmpipe, where they read much faster; storage buffers elsewhere), buffers or textures.
-    #[arg(long, default_value = "auto")]
-    pub weight_storage: String,
-    /// Kernel family: auto (GPU kernels on GPUs, CPU-adapter kernels on CPU adapters), cpu or gpu.
-    /// Forcing one runs it anywhere (the GPU kernels are tested on the software adapters too).
-    #[arg(long, default_value = "auto")]
-    pub kernels: String,
+    #[command(flatten)]
+    pub device: DeviceArgs,
     /// Print one JSON object with ids, text and statistics instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -86,7 +70,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     if !(args.temperature >= 0.0) || !(0.0..=1.0).contains(&args.top_p) || args.top_p == 0.0 {
         return Err(CliError::Usage("--temperature must be >= 0 and --top-p in (0, 1]".into()));
     }
-    let format = parse_dtype(&args.dtype)?;
+    let format = parse_dtype(&args.device.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
     // Headers and tokenizer first (a malformed file fails before any device opens); the prompt's
     // length sizes the KV cache, which the memory check weighs before a byte is uploaded.
@@ -102,7 +86,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     };
     let requested = args.context.map(|c| usize::try_from(c).unwrap_or(usize::MAX));
     let capacity = context_for(requested, prompt_ids.len(), args.max_tokens, files.config.max_position_embeddings);
-    let gpu = open_gpu(&args.backend, args.adapter, &args.weight_storage, &args.kernels)?;
+    let gpu = args.device.open_gpu()?;
     check_memory(&gpu, &files, format, args.draft.as_deref(), capacity)?;
     let loaded = upload_model(gpu, files, format, false)?;
     let tokenizer = loaded.tokenizer.as_ref();
@@ -145,7 +129,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             let use_head = !args.no_head;
             let costs = match args.draft_len {
                 DraftLen::Auto => {
-                    let key = CalibrationKey::new(&loaded.model.gpu, &dir, Path::new(draft), drafter.config.block_size, use_head, &args.dtype);
+                    let key = CalibrationKey::new(&loaded.model.gpu, &dir, Path::new(draft), drafter.config.block_size, use_head, &args.device.dtype);
                     Some(calibration::round_costs(&mut session, &key, args.json)?)
                 }
                 DraftLen::Fixed(_) => None,

@@ -50,8 +50,8 @@ pub fn parse_kernels(s: &str) -> Result<KernelChoice, CliError> {
     KernelChoice::parse(s).map_err(|_| CliError::Usage(format!("--kernels {s}: expected auto, cpu or gpu")))
 }
 
-/// Where and how a model runs: the device flags `serve` and `chat` share (as `generate` spells them).
-#[derive(Debug, clap::Args)]
+/// Where and how a model runs: the device flags `generate`, `serve` and `chat` share.
+#[derive(Debug, Clone, clap::Args)]
 pub struct DeviceArgs {
     /// How weights are stored on the GPU: auto (as stored: GGUF blocks stay quantized, floats f16),
     /// f16, f32, q8_0, q4_0 or q4_1.
@@ -63,10 +63,12 @@ pub struct DeviceArgs {
     /// Adapter index as listed by `domino devices`.
     #[arg(long)]
     pub adapter: Option<usize>,
-    /// Where f16 / f32 weight matrices live: auto (textures on CPU adapters), buffers or textures.
+    /// Where f16 / f32 weight matrices live on the GPU: auto (textures on CPU adapters such as
+    /// llvmpipe, where they read much faster; storage buffers elsewhere), buffers or textures.
     #[arg(long, default_value = "auto")]
     pub weight_storage: String,
     /// Kernel family: auto (GPU kernels on GPUs, CPU-adapter kernels on CPU adapters), cpu or gpu.
+    /// Forcing one runs it anywhere (the GPU kernels are tested on the software adapters too).
     #[arg(long, default_value = "auto")]
     pub kernels: String,
 }

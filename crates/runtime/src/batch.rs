@@ -184,13 +184,8 @@ impl<'m> Batcher<'m> {
         let mut step = Step::new(gpu);
         let segs: Vec<Segment> = segments.iter().map(|s| s.seg).collect();
         let n_logits = self.model.record_batch(&mut step, &self.state, &segs)?;
-        let mut row = 0;
-        for s in &segments {
-            if s.seg.logits {
-                let a = self.slots[s.seg.slot].as_ref().expect("planned slot is active");
-                self.model.record_batch_sample(&mut step, &self.state, row, &a.opts.sampling, s.seg.pos0 + s.seg.n_rows)?;
-                row += 1;
-            }
+        for (row, s) in segments.iter().filter(|s| s.seg.logits).enumerate() {
+            self.model.record_batch_sample(&mut step, &self.state, row as u32, &s.sampling, s.seg.pos0 + s.seg.n_rows)?;
         }
         let bytes = step.submit_and_read(&self.state.out_ids, 0, n_logits as u64 * 4).await?;
         let tokens: Vec<u32> = bytemuck_u32(&bytes);
@@ -198,7 +193,8 @@ impl<'m> Batcher<'m> {
         let t = now();
         for s in segments {
             let slot = s.seg.slot;
-            let a = self.slots[slot].as_mut().expect("planned slot is active");
+            // Every planned slot is active: nothing frees a slot between plan() and here.
+            let Some(a) = self.slots[slot].as_mut() else { continue };
             if s.prefill {
                 a.prefilled += s.seg.n_rows as usize;
             }
@@ -218,7 +214,7 @@ impl<'m> Batcher<'m> {
                 None
             };
             match stop {
-                Some(reason) => events.push(self.slots[slot].take().expect("active").finish(reason)),
+                Some(reason) => events.extend(self.slots[slot].take().map(|a| a.finish(reason))),
                 // The sampled token is the next step's input: it lives at its position in the slot's ids.
                 None => self.model.gpu.write(&self.state.slots[slot].ids, pos as u64, &[token]),
             }
@@ -233,7 +229,7 @@ impl<'m> Batcher<'m> {
         for (slot, a) in self.slots.iter().enumerate() {
             if let Some(a) = a.as_ref().filter(|a| !a.prefilling()) {
                 let pos = (a.prompt.len() + a.output.len() - 1) as u32;
-                out.push(Planned { seg: Segment { slot, pos0: pos, n_rows: 1, logits: true }, prefill: false });
+                out.push(Planned { seg: Segment { slot, pos0: pos, n_rows: 1, logits: true }, prefill: false, sampling: a.opts.sampling });
             }
         }
         let mut budget = self.state.max_rows - out.len();
@@ -245,7 +241,7 @@ impl<'m> Batcher<'m> {
             }
             let n = (a.prompt.len() - a.prefilled).min(budget);
             let last = a.prefilled + n == a.prompt.len();
-            out.push(Planned { seg: Segment { slot, pos0: a.prefilled as u32, n_rows: n as u32, logits: last }, prefill: true });
+            out.push(Planned { seg: Segment { slot, pos0: a.prefilled as u32, n_rows: n as u32, logits: last }, prefill: true, sampling: a.opts.sampling });
             budget -= n;
         }
         out
@@ -255,6 +251,7 @@ impl<'m> Batcher<'m> {
 struct Planned {
     seg: Segment,
     prefill: bool,
+    sampling: domino_engine::SamplingConfig,
 }
 
 fn bytemuck_u32(bytes: &[u8]) -> Vec<u32> {

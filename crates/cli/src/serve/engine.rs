@@ -213,8 +213,8 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
         });
         // Alone with a drafter: decode speculatively until done or until another request arrives.
         if let Some((session, options)) = solo.as_mut() {
-            if batcher.is_idle() && queue.len() == 1 && !*draining {
-                let job = queue.pop_front().expect("one queued job");
+            let alone = batcher.is_idle() && queue.len() == 1 && !*draining;
+            if let Some(job) = if alone { queue.pop_front() } else { None } {
                 metrics.waiting.fetch_sub(1, Ordering::Relaxed);
                 metrics.active.store(1, Ordering::Relaxed);
                 if let Solo::HandOver { job, stats } = run_solo(session, options, job, commands, stash, metrics) {

@@ -10,7 +10,7 @@ pub mod openai;
 pub mod text;
 
 use crate::calibration::{self, CalibrationKey};
-use crate::load::{check_memory_for, drafter_format, load_drafter, open_gpu, parse_dtype, upload_model, DeviceArgs};
+use crate::load::{check_memory_for, drafter_format, load_drafter, parse_dtype, upload_model, DeviceArgs};
 use crate::{model_dir, CliError};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -115,10 +115,10 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let model = loaded.model;
     // After a device loss the engine opens a new device and uploads everything again.
     let reload: engine::Reload = {
-        let (backend, adapter, storage, kernels) = (args.device.backend.clone(), args.device.adapter, args.device.weight_storage.clone(), args.device.kernels.clone());
+        let device = args.device.clone();
         let (path, draft, block_size, draft_len, dtype_name) = (path.clone(), args.draft.clone(), args.block_size, args.draft_len, args.device.dtype.clone());
         Box::new(move || {
-            let gpu = open_gpu(&backend, adapter, &storage, &kernels).map_err(|e| e.to_string())?;
+            let gpu = device.open_gpu().map_err(|e| e.to_string())?;
             let files = domino_models::open_model(&path).map_err(|e| e.to_string())?;
             let model = upload_model(gpu, files, dtype, true).map_err(|e| e.to_string())?.model;
             let again = ReloadArgs { draft: draft.clone(), block_size, draft_len, dtype: dtype_name.clone() };
