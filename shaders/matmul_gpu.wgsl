@@ -1,5 +1,6 @@
 // matmul_gpu.wgsl: y[r, n] (+)= sum_k xn[r, k] * W[n, k], the GPU kernel family's GEMV (decode, 1 row)
-// and GEMM (verify and prefill, ROWS rows per workgroup), for f32, f16, Q8_0, Q4_0 and Q4_1 weights.
+// and GEMM (verify and prefill, ROWS rows per workgroup), for f32, f16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q5_K and Q6_K weights.
 // xn = x, or with NORM the row's RMSNorm computed in the same workgroup: x * inv_rms(x) * norm_w.
 //
 // Bindings (group 0):
@@ -7,12 +8,15 @@
 //   1 storage  x: array<f32> (array<vec4<f32>> with X4), row r starts at x_offset + r * x_stride
 //   2 storage  w: array<vec4<u32>>, one chunk in the ROW-MAJOR layout of row_major.rs: output column
 //              c's k weights are contiguous (f32: 4 per 16-byte word; f16: 8 packed halves; Q8_0: half
-//              a block; Q4_0 / Q4_1: one block's 16 quant bytes), `row_words` u32 per column. Quantized
-//              chunks keep their scales after word `scales_at`.
+//              a block; Q4_0 / Q4_1: one block's 16 quant bytes; Q5_x / K-quants: one 32-value unit's
+//              low nibbles in value order), `row_words` u32 per column. Quantized chunks keep their
+//              scales after word `scales_at`, the Q5_x / Q6_K high code bits after `high_at` and the
+//              K-quants' super-block words after `super_at` (row_major.rs).
 //   3 storage  w_up (GLU only): the up projection, same layout
 //   4 storage  norm_w (NORM only): array<f32>, k RMSNorm weights
 //   5 storage  y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
-// Defines: F32 | HALF (f16, packed pairs) | Q8_0 | Q4_0 | Q4_1 (weight format), ROWS (rows per workgroup: 1 decode, 8 else),
+// Defines: F32 | HALF (f16, packed pairs) | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K (weight
+// format), ROWS (rows per workgroup: 1 decode, 8 else),
 // COLS (output columns per workgroup: 4, or 1 for narrow outputs so more workgroups exist), GLU, NORM,
 // X4 (x_offset and x_stride multiples of 4: x read as vec4).
 //
@@ -41,6 +45,10 @@ struct Params {
     scales_at: u32,
     accumulate: u32,
     eps: f32,
+    high_at: u32,
+    super_at: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 const ROWS: u32 = {{ROWS}}u;
@@ -173,6 +181,60 @@ fn weights(m: bool, c: u32, wi: u32) -> array<vec4<f32>, 4> {
     for (var j = 0u; j < 4u; j = j + 1u) {
         let v = vec4<i32>(bitcast<i32>(q[j] << 24u), bitcast<i32>(q[j] << 16u), bitcast<i32>(q[j] << 8u), bitcast<i32>(q[j])) >> vec4<u32>(24u);
         out[j] = vec4<f32>(v) * d;
+    }
+    return out;
+}
+#elif Q5_0 || Q5_1 || Q4_K || Q5_K || Q6_K
+fn weights(m: bool, c: u32, wi: u32) -> array<vec4<f32>, 8> {
+    // wi is unit wi: nibbles in value order (value 8j + e at bits 4e of word j), high bits and
+    // scales in their regions (row_major.rs). Values are exact as in the CPU reference.
+    let units = p.k / 32u;
+    let u = c * units + wi;
+    let q = word(m, (c * p.row_words) / 4u + wi);
+#if Q5_0 || Q5_1 || Q5_K
+    let hw = vec2<u32>(scale_word(m, p.high_at + u), 0u);
+#elif Q6_K
+    let hw = vec2<u32>(scale_word(m, p.high_at + 2u * u), scale_word(m, p.high_at + 2u * u + 1u));
+#endif
+#if Q5_0
+    let d = vec4<f32>(unpack2x16float(scale_word(m, p.scales_at + c * ((units + 1u) / 2u) + wi / 2u))[wi % 2u]);
+#elif Q5_1
+    let dm = unpack2x16float(scale_word(m, p.scales_at + u));
+    let d = vec4<f32>(dm.x);
+    let mn = vec4<f32>(dm.y);
+#else
+    let f = (scale_word(m, p.scales_at + c * ((units + 1u) / 2u) + wi / 2u) >> (16u * (wi % 2u))) & 0xffffu;
+    let dd = unpack2x16float(scale_word(m, p.super_at + c * (units / 8u) + wi / 8u));
+#if Q6_K
+    let d_lo = vec4<f32>(dd.x * f32(bitcast<i32>((f & 0xffu) << 24u) >> 24u));
+    let d_hi = vec4<f32>(dd.x * f32(bitcast<i32>((f >> 8u) << 24u) >> 24u));
+#else
+    let d = vec4<f32>(dd.x * f32(f & 0xffu));
+    let mn = vec4<f32>(dd.y * f32(f >> 8u));
+#endif
+#endif
+    var out: array<vec4<f32>, 8>;
+    for (var g = 0u; g < 8u; g = g + 1u) {
+        // Values 4g..4g+3.
+        let shifts = vec4<u32>(0u, 4u, 8u, 12u) + vec4<u32>(16u * (g % 2u));
+        var code = (vec4<u32>(q[g / 2u]) >> shifts) & vec4<u32>(15u);
+        let idx = vec4<u32>(4u * g) + vec4<u32>(0u, 1u, 2u, 3u);
+#if Q5_0 || Q5_1 || Q5_K
+        code = code | (((vec4<u32>(hw.x) >> idx) & vec4<u32>(1u)) << vec4<u32>(4u));
+#elif Q6_K
+        let hsel = select(hw.x, hw.y, g >= 4u);
+        code = code | (((vec4<u32>(hsel) >> (2u * (idx % vec4<u32>(16u)))) & vec4<u32>(3u)) << vec4<u32>(4u));
+#endif
+        let v = vec4<f32>(code);
+#if Q5_0
+        out[g] = (v - 16.0) * d;
+#elif Q5_1
+        out[g] = fma(v, d, mn);
+#elif Q6_K
+        out[g] = (v - 32.0) * select(d_lo, d_hi, g >= 4u);
+#else
+        out[g] = fma(v, d, -mn);
+#endif
     }
     return out;
 }

@@ -1,34 +1,44 @@
 // matmul_quant.wgsl: y[r, n] (+)= sum_k x[r, k] * W[k, n] with W kept as GGML blocks (Q8_0, Q4_0,
-// Q4_1) and dequantized while multiplying. Same roles as matmul.wgsl (decode GEMV, verify, prefill).
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) and dequantized while multiplying. Same roles as matmul.wgsl
+// (decode GEMV, verify, prefill).
 //
 // Bindings (group 0):
 //   0 uniform  Params (dynamic offset; the same struct as matmul.wgsl)
 //   1 storage  x: array<f32>, row r starts at x_offset + r * x_stride
-//   2 storage  w: one column chunk as array<vec4<u32>>: one GROUP per (32-value block kb, 16-column
-//              block blk) at group index kb * (wcols / 16) + blk, V4 vec4 (WORDS u32) per group:
-//                quants  word j * 16 + c for column c (0..16) of the group, j in 0..QW:
+//   2 storage  w: one column chunk as array<vec4<u32>>: one GROUP per (block g of the type's 32 or
+//              256 values, 16-column block blk) at group index g * (wcols / 16) + blk, V4 vec4 (WORDS
+//              u32) per group (quant.rs gpu_group_words / pack_gpu). A block is SB 32-value units.
+//                quants  word (s * QW + j) * 16 + c for unit s, column c (0..16) of the group, j in 0..QW:
 //                        Q8_0 (QW = 8): word j = values 4j..4j+3 as i8 (value 4j+e in byte e);
-//                        Q4_x (QW = 4): word j = values 8j..8j+7 as nibbles (value 8j+e at bits 4e).
-//                d       8 words, f16 pairs: column c in word c / 2, low half for even c.
-//                m       (Q4_1 only) 8 more words, same packing.
+//                        else (QW = 4): word j = values 8j..8j+7 as nibbles (value 8j+e at bits 4e).
+//                high    (HW > 0) from word 16 * SB * QW: word (s * HW + h) * 16 + c. Q5_x (HW = 1):
+//                        bit i = bit 4 of value i; Q6_K (HW = 2): word h, bits 2 (i % 16) = bits 4..5
+//                        of value i = 16 h + i % 16.
+//                scales  from word SC = 16 * SB * (QW + HW):
+//                        32-value types: d, 8 words of f16 pairs (column c in word c / 2, low half for
+//                        even c); Q4_1 / Q5_1: then m, 8 more words, same packing.
+//                        K-quants: per unit s 8 words of 16-bit fields (column c in word s * 8 + c / 2):
+//                        Q4_K / Q5_K sc | m << 8 (6 bits each), Q6_K the i8 scales of values 0..16 and
+//                        16..32; then 16 words, one per column: f16 d | f16 dmin << 16.
 //              Columns past `cols` are zero blocks (d = 0). quant.rs writes this layout.
 //              TEXTURE variant (CPU adapters): texels of a texture_2d<u32> read as one linear array
-//              (texel i at (i & (W-1), i >> TEX_SHIFT)); within each block-row kb the groups are
+//              (texel i at (i & (W-1), i >> TEX_SHIFT)); within each block-row g the groups are
 //              interleaved in runs of 8 (wcols / 16 is a multiple of 8): vec4 x of group blk is texel
-//              ((kb * wcols / 128 + blk / 8) * V4 + x) * 8 + blk % 8, so 8 neighbouring invocations read
+//              ((g * wcols / 128 + blk / 8) * V4 + x) * 8 + blk % 8, so 8 neighbouring invocations read
 //              8 neighbouring texels (tensor.rs interleave_groups).
 //   3 storage  w_up (GLU variant only): the up projection, same layout
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
 //   5 storage  norm_w (NORM only): array<f32>, the k RMSNorm weights of x's rows
-// Defines: Q8_0 | Q4_0 | Q4_1, ROWS (1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), GLU,
-// TEXTURE with TEX_SHIFT, NORM (x is RMSNorm-ed on the fly: binding 5 holds the k norm weights, eps
-// in Params; see inv_rms).
+// Defines: Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K, ROWS (1 for decode, 3 otherwise:
+// MATMUL_ROWS in kernels.rs), GLU, TEXTURE with TEX_SHIFT, NORM (x is RMSNorm-ed on the fly: binding 5
+// holds the k norm weights, eps in Params; see inv_rms).
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
-// order 0..k with fma of the dequantized weight (q·d, (q-8)·d or q·d+m: exact in f32, so identical to
-// the CPU reference's weights). No cross-invocation reduction: a row's result is bit-identical whatever
-// the number of rows in the batch (batch invariance). Only unpack2x16float touches f16, so this one
-// variant serves adapters with and without shader-f16. k is a multiple of 32.
+// order 0..k with fma of the dequantized weight (q·d, (q-8)·d, (q-16)·d, q·d+m, q·(d·sc) - dmin·m,
+// (q-32)·(d·sc): exact in f32 or rounded once, so identical to the CPU reference's weights). No
+// cross-invocation reduction: a row's result is bit-identical whatever the number of rows in the
+// batch (batch invariance). Only unpack2x16float touches f16, so this one variant serves adapters with
+// and without shader-f16. k is a multiple of the block size.
 
 struct Params {
     k: u32,
@@ -46,16 +56,32 @@ struct Params {
     _pad1: u32,
 }
 
+// QW low-code words and HW high-bit words per unit, SB units per block, SW scale words per group.
 #if Q8_0
 const QW: u32 = 8u;
-const V4: u32 = 34u;
-#elif Q4_1
-const QW: u32 = 4u;
-const V4: u32 = 20u;
 #else
 const QW: u32 = 4u;
-const V4: u32 = 18u;
 #endif
+#if Q5_0 || Q5_1 || Q5_K
+const HW: u32 = 1u;
+#elif Q6_K
+const HW: u32 = 2u;
+#else
+const HW: u32 = 0u;
+#endif
+#if Q4_K || Q5_K || Q6_K
+const SB: u32 = 8u;
+const SW: u32 = 80u;
+#elif Q4_1 || Q5_1
+const SB: u32 = 1u;
+const SW: u32 = 16u;
+#else
+const SB: u32 = 1u;
+const SW: u32 = 8u;
+#endif
+// vec4s per group, and the vec4 where the scales start.
+const V4: u32 = (16u * SB * (QW + HW) + SW) / 4u;
+const SC4: u32 = 4u * SB * (QW + HW);
 // Values per quant word.
 const PER_WORD: u32 = 32u / QW;
 
@@ -129,17 +155,116 @@ fn scales(a: vec4<u32>, b: vec4<u32>) -> array<vec4<f32>, 4> {
     return array<vec4<f32>, 4>(halves(a.xy), halves(a.zw), halves(b.xy), halves(b.zw));
 }
 
-// Dequantize value e of quant word q for four columns.
-fn dequant(q: vec4<u32>, e: u32, d: vec4<f32>, m: vec4<f32>) -> vec4<f32> {
+// The 16-bit fields of four columns from two words (columns 4i..4i+3 of the group).
+fn fields(v: vec2<u32>) -> vec4<u32> {
+    return vec4<u32>(v.x & 0xffffu, v.x >> 16u, v.y & 0xffffu, v.y >> 16u);
+}
+
+// The low (h = 0) or high (h = 1) f16 halves of four columns' words.
+fn halves_of(v: vec4<u32>, h: u32) -> vec4<f32> {
+    let s = vec4<u32>(16u * h);
+    let w = v >> s;
+    return vec4<f32>(unpack2x16float(w.x).x, unpack2x16float(w.y).x, unpack2x16float(w.z).x, unpack2x16float(w.w).x);
+}
+
+// Low bytes of four fields as signed values.
+fn i8s(v: vec4<u32>) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(v << vec4<u32>(24u)) >> vec4<u32>(24u));
+}
+
+// vec4 i of the gate (or only) weight, or of the up weight (GLU).
+fn wv(up: bool, i: u32) -> vec4<u32> {
+#if GLU
+    if (up) {
+        return up_at(i);
+    }
+#endif
+    return w_at(i);
+}
+
+// A unit's scales for the group's 16 columns, 4 at a time: d and m (Q6_K: the scales of values
+// 0..16 and 16..32). `base` is the group's first vec4; `sup` its super-block words (K-quants).
+struct UnitScales {
+    d: array<vec4<f32>, 4>,
+    m: array<vec4<f32>, 4>,
+}
+
+fn unit_scales(up: bool, base: u32, s: u32, sup: array<vec4<u32>, 4>) -> UnitScales {
+    var out: UnitScales;
+#if Q4_K || Q5_K || Q6_K
+    let a = wv(up, base + (SC4 + 2u * s) * STEP);
+    let b = wv(up, base + (SC4 + 2u * s + 1u) * STEP);
+    let f = array<vec4<u32>, 4>(fields(a.xy), fields(a.zw), fields(b.xy), fields(b.zw));
+    for (var c = 0u; c < 4u; c = c + 1u) {
+        let d = halves_of(sup[c], 0u);
+#if Q6_K
+        out.d[c] = d * i8s(f[c] & vec4<u32>(0xffu));
+        out.m[c] = d * i8s(f[c] >> vec4<u32>(8u));
+#else
+        out.d[c] = d * vec4<f32>(f[c] & vec4<u32>(0xffu));
+        out.m[c] = halves_of(sup[c], 1u) * vec4<f32>(f[c] >> vec4<u32>(8u));
+#endif
+    }
+#else
+    out.d = scales(wv(up, base + SC4 * STEP), wv(up, base + (SC4 + 1u) * STEP));
+#if Q4_1 || Q5_1
+    out.m = scales(wv(up, base + (SC4 + 2u) * STEP), wv(up, base + (SC4 + 3u) * STEP));
+#else
+    out.m = out.d;
+#endif
+#endif
+    return out;
+}
+
+// The super-block words of the group's 16 columns (K-quants; zeros otherwise).
+fn super_words(up: bool, base: u32) -> array<vec4<u32>, 4> {
+#if Q4_K || Q5_K || Q6_K
+    let at = SC4 + 2u * SB;
+    return array<vec4<u32>, 4>(wv(up, base + at * STEP), wv(up, base + (at + 1u) * STEP), wv(up, base + (at + 2u) * STEP), wv(up, base + (at + 3u) * STEP));
+#else
+    return array<vec4<u32>, 4>();
+#endif
+}
+
+// The high-bit words of unit s for low-code word j, four columns per vec4 (zeros without them).
+fn high_words(up: bool, base: u32, s: u32, j: u32) -> array<vec4<u32>, 4> {
+#if Q5_0 || Q5_1 || Q5_K
+    let at = 4u * SB * QW + s * 4u;
+#elif Q6_K
+    let at = 4u * SB * QW + (s * 2u + j / 2u) * 4u;
+#endif
+#if Q5_0 || Q5_1 || Q5_K || Q6_K
+    return array<vec4<u32>, 4>(wv(up, base + at * STEP), wv(up, base + (at + 1u) * STEP), wv(up, base + (at + 2u) * STEP), wv(up, base + (at + 3u) * STEP));
+#else
+    return array<vec4<u32>, 4>();
+#endif
+}
+
+// Dequantize value e of low-code word j (high bits h) for four columns.
+fn dequant(q: vec4<u32>, h: vec4<u32>, j: u32, e: u32, d: vec4<f32>, m: vec4<f32>) -> vec4<f32> {
 #if Q8_0
     let v = vec4<f32>(bitcast<vec4<i32>>(q << vec4<u32>(24u - 8u * e)) >> vec4<u32>(24u));
     return v * d;
-#elif Q4_1
-    let v = vec4<f32>((q >> vec4<u32>(4u * e)) & vec4<u32>(15u));
-    return fma(v, d, m);
 #else
-    let v = vec4<f32>((q >> vec4<u32>(4u * e)) & vec4<u32>(15u));
+    var c = (q >> vec4<u32>(4u * e)) & vec4<u32>(15u);
+#if Q5_0 || Q5_1 || Q5_K
+    c = c | (((h >> vec4<u32>(8u * j + e)) & vec4<u32>(1u)) << vec4<u32>(4u));
+#elif Q6_K
+    c = c | (((h >> vec4<u32>(2u * (8u * (j % 2u) + e))) & vec4<u32>(3u)) << vec4<u32>(4u));
+#endif
+    let v = vec4<f32>(c);
+#if Q4_1 || Q5_1
+    return fma(v, d, m);
+#elif Q4_K || Q5_K
+    // q·(d·sc) is exact, so this rounds once, as the reference's d1 * q - m1.
+    return fma(v, d, -m);
+#elif Q6_K
+    return (v - vec4<f32>(32.0)) * select(d, m, j >= 2u);
+#elif Q5_0
+    return (v - vec4<f32>(16.0)) * d;
+#else
     return (v - vec4<f32>(8.0)) * d;
+#endif
 #endif
 }
 
@@ -169,57 +294,56 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         inv[r] = inv_rms(min(r0 + r, p.n_rows - 1u));
     }
 #endif
-    for (var kb = 0u; kb < p.k / 32u; kb = kb + 1u) {
+    for (var g = 0u; g < p.k / (32u * SB); g = g + 1u) {
 #if TEXTURE
         // Groups interleaved in runs of 8 (tensor.rs interleave_groups): vec4 x of this group at base + x * 8.
-        let base = ((kb * (groups_per_kb / 8u) + blk / 8u) * V4) * 8u + blk % 8u;
+        let base = ((g * (groups_per_kb / 8u) + blk / 8u) * V4) * 8u + blk % 8u;
 #else
-        let base = (kb * groups_per_kb + blk) * V4;
+        let base = (g * groups_per_kb + blk) * V4;
 #endif
-        let d = scales(w_at(base + (QW * 4u) * STEP), w_at(base + (QW * 4u + 1u) * STEP));
-#if Q4_1
-        let m = scales(w_at(base + (QW * 4u + 2u) * STEP), w_at(base + (QW * 4u + 3u) * STEP));
-#else
-        let m = d;
-#endif
+        let sup = super_words(false, base);
 #if GLU
-        let du = scales(up_at(base + (QW * 4u) * STEP), up_at(base + (QW * 4u + 1u) * STEP));
-#if Q4_1
-        let mu = scales(up_at(base + (QW * 4u + 2u) * STEP), up_at(base + (QW * 4u + 3u) * STEP));
-#else
-        let mu = du;
+        let sup_up = super_words(true, base);
 #endif
-#endif
-        for (var j = 0u; j < QW; j = j + 1u) {
-            let q = array<vec4<u32>, 4>(w_at(base + (j * 4u) * STEP), w_at(base + (j * 4u + 1u) * STEP), w_at(base + (j * 4u + 2u) * STEP), w_at(base + (j * 4u + 3u) * STEP));
+        for (var s = 0u; s < SB; s = s + 1u) {
+            let sc = unit_scales(false, base, s, sup);
 #if GLU
-            let qu = array<vec4<u32>, 4>(up_at(base + (j * 4u) * STEP), up_at(base + (j * 4u + 1u) * STEP), up_at(base + (j * 4u + 2u) * STEP), up_at(base + (j * 4u + 3u) * STEP));
+            let scu = unit_scales(true, base, s, sup_up);
 #endif
-            for (var e = 0u; e < PER_WORD; e = e + 1u) {
-                let k = kb * 32u + j * PER_WORD + e;
-                var wg: array<vec4<f32>, 4>;
+            for (var j = 0u; j < QW; j = j + 1u) {
+                let qi = (s * QW + j) * 4u;
+                let q = array<vec4<u32>, 4>(w_at(base + qi * STEP), w_at(base + (qi + 1u) * STEP), w_at(base + (qi + 2u) * STEP), w_at(base + (qi + 3u) * STEP));
+                let h = high_words(false, base, s, j);
 #if GLU
-                var wu: array<vec4<f32>, 4>;
+                let qu = array<vec4<u32>, 4>(up_at(base + qi * STEP), up_at(base + (qi + 1u) * STEP), up_at(base + (qi + 2u) * STEP), up_at(base + (qi + 3u) * STEP));
+                let hu = high_words(true, base, s, j);
 #endif
-                for (var c = 0u; c < 4u; c = c + 1u) {
-                    wg[c] = dequant(q[c], e, d[c], m[c]);
+                for (var e = 0u; e < PER_WORD; e = e + 1u) {
+                    let k = (g * SB + s) * 32u + j * PER_WORD + e;
+                    var wg: array<vec4<f32>, 4>;
 #if GLU
-                    wu[c] = dequant(qu[c], e, du[c], mu[c]);
-#endif
-                }
-                for (var r = 0u; r < ROWS; r = r + 1u) {
-                    // Rows past n_rows re-read the last row; their results are never stored.
-                    let row = min(r0 + r, p.n_rows - 1u);
-#if NORM
-                    let xv = vec4<f32>(x[p.x_offset + row * p.x_stride + k] * inv[r] * norm_w[k]);
-#else
-                    let xv = vec4<f32>(x[p.x_offset + row * p.x_stride + k]);
+                    var wu: array<vec4<f32>, 4>;
 #endif
                     for (var c = 0u; c < 4u; c = c + 1u) {
-                        acc[r * 4u + c] = fma(xv, wg[c], acc[r * 4u + c]);
+                        wg[c] = dequant(q[c], h[c], j, e, sc.d[c], sc.m[c]);
 #if GLU
-                        acc_up[r * 4u + c] = fma(xv, wu[c], acc_up[r * 4u + c]);
+                        wu[c] = dequant(qu[c], hu[c], j, e, scu.d[c], scu.m[c]);
 #endif
+                    }
+                    for (var r = 0u; r < ROWS; r = r + 1u) {
+                        // Rows past n_rows re-read the last row; their results are never stored.
+                        let row = min(r0 + r, p.n_rows - 1u);
+#if NORM
+                        let xv = vec4<f32>(x[p.x_offset + row * p.x_stride + k] * inv[r] * norm_w[k]);
+#else
+                        let xv = vec4<f32>(x[p.x_offset + row * p.x_stride + k]);
+#endif
+                        for (var c = 0u; c < 4u; c = c + 1u) {
+                            acc[r * 4u + c] = fma(xv, wg[c], acc[r * 4u + c]);
+#if GLU
+                            acc_up[r * 4u + c] = fma(xv, wu[c], acc_up[r * 4u + c]);
+#endif
+                        }
                     }
                 }
             }

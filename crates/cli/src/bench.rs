@@ -32,7 +32,7 @@ pub struct BenchArgs {
     /// Timed runs per prompt (after one warm-up run).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// auto (as stored), f16, f32, q8_0, q4_0 or q4_1 (see `domino generate --help`).
+    /// auto (as stored), f16, f32 or a block type: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (see `domino generate --help`).
     #[arg(long, default_value = "auto")]
     pub dtype: String,
     /// all (every adapter, one after another), auto, vulkan, metal, dx12 or gl.

@@ -20,9 +20,9 @@ pub struct Loaded {
 }
 
 /// `--dtype`: auto keeps each tensor as stored (GGUF blocks stay quantized, floats become f16);
-/// f16 / f32 dequantize or convert everything; q8_0 / q4_0 / q4_1 quantize float weights at load.
+/// f16 / f32 dequantize or convert everything; a block type (q8_0 ... q6_k) quantizes at load.
 pub fn parse_dtype(s: &str) -> Result<DTypeChoice, CliError> {
-    DTypeChoice::parse(s).ok_or_else(|| CliError::Usage(format!("--dtype {s}: expected auto, f16, f32, q8_0, q4_0 or q4_1")))
+    DTypeChoice::parse(s).ok_or_else(|| CliError::Usage(format!("--dtype {s}: expected auto, f16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k")))
 }
 
 /// Drafters are float checkpoints: f32 when asked for, f16 otherwise.
@@ -54,7 +54,7 @@ pub fn parse_kernels(s: &str) -> Result<KernelChoice, CliError> {
 #[derive(Debug, Clone, clap::Args)]
 pub struct DeviceArgs {
     /// How weights are stored on the GPU: auto (as stored: GGUF blocks stay quantized, floats f16),
-    /// f16, f32, q8_0, q4_0 or q4_1.
+    /// f16, f32, or a block type: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k.
     #[arg(long, default_value = "auto")]
     pub dtype: String,
     /// auto, vulkan, metal, dx12 or gl.

@@ -135,6 +135,12 @@ struct RandomModelArgs {
     emb_dim: Option<usize>,
     #[arg(long)]
     gru_hidden: Option<usize>,
+    /// Write one GGUF file at --out instead of a safetensors folder, its matrices in this type:
+    /// f32, f16, bf16, a block type (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k) or one of
+    /// llama.cpp's mixes, q4_k_m or q5_k_m (its per-tensor rules and fallbacks, llama.cpp's
+    /// reference rounding).
+    #[arg(long, conflicts_with_all = ["always_accept_drafter", "drafter"])]
+    gguf: Option<String>,
 }
 
 fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
@@ -171,6 +177,16 @@ fn random_model(a: RandomModelArgs) -> Result<(), CliError> {
             ..TinyDrafterSpec::default()
         })
     };
+    if let Some(t) = &a.gguf {
+        let ftype = domino_models::gguf_writer::FileType::parse(t)
+            .ok_or_else(|| CliError::Usage(format!("--gguf {t}: expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m or q5_k_m")))?;
+        if let Some(parent) = a.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| CliError::Usage(format!("--out {}: {e}", a.out.display())))?;
+        }
+        domino_models::gguf_writer::write_tiny_gguf_as(&a.out, &spec, ftype)?;
+        eprintln!("wrote {}", a.out.display());
+        return Ok(());
+    }
     match (&a.always_accept_drafter, &a.drafter) {
         (Some(dir), _) => {
             write_always_accept_pair(&a.out, dir, &spec, &drafter_spec()?, a.vocab / 2)?;

@@ -30,7 +30,7 @@ pub struct PlanArgs {
     /// Adapter index (as listed by `domino devices`).
     #[arg(long)]
     pub adapter: Option<usize>,
-    /// Weight storage: auto, f16, f32, q8_0, q4_0, q4_1.
+    /// Weight storage: auto, f16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k.
     #[arg(long, default_value = "auto")]
     pub dtype: String,
     /// Print one JSON object instead of the table.

@@ -121,9 +121,21 @@ fn weight_defines(gpu: &Gpu, format: WeightFormat) -> Defines {
         WeightFormat::F32 => Defines::default().flag("F32"),
         WeightFormat::F16 if gpu.caps.f16 && !gpu.caps.prefer_packed_f16 => Defines::default().flag("F16"),
         WeightFormat::F16 => Defines::default(),
-        WeightFormat::Quant(QuantType::Q8_0) => Defines::default().flag("Q8_0"),
-        WeightFormat::Quant(QuantType::Q4_0) => Defines::default().flag("Q4_0"),
-        WeightFormat::Quant(QuantType::Q4_1) => Defines::default().flag("Q4_1"),
+        WeightFormat::Quant(q) => Defines::default().flag(quant_flag(q)),
+    }
+}
+
+/// The shader define naming a block type (matmul_quant.wgsl, matmul_gpu.wgsl, embedding.wgsl).
+fn quant_flag(q: QuantType) -> &'static str {
+    match q {
+        QuantType::Q8_0 => "Q8_0",
+        QuantType::Q4_0 => "Q4_0",
+        QuantType::Q4_1 => "Q4_1",
+        QuantType::Q5_0 => "Q5_0",
+        QuantType::Q5_1 => "Q5_1",
+        QuantType::Q4_K => "Q4_K",
+        QuantType::Q5_K => "Q5_K",
+        QuantType::Q6_K => "Q6_K",
     }
 }
 
@@ -229,6 +241,9 @@ struct GpuMatmulParams {
     scales_at: u32,
     accumulate: u32,
     eps: f32,
+    high_at: u32,
+    super_at: u32,
+    _pad: [u32; 2],
 }
 
 /// The row-major layout's format flag. f16 is `HALF` (packed pairs, unpack2x16float): the `F16` flag
@@ -237,9 +252,7 @@ fn gpu_format_flag(format: WeightFormat) -> &'static str {
     match format {
         WeightFormat::F32 => "F32",
         WeightFormat::F16 => "HALF",
-        WeightFormat::Quant(QuantType::Q8_0) => "Q8_0",
-        WeightFormat::Quant(QuantType::Q4_0) => "Q4_0",
-        WeightFormat::Quant(QuantType::Q4_1) => "Q4_1",
+        WeightFormat::Quant(q) => quant_flag(q),
     }
 }
 
@@ -277,6 +290,9 @@ fn matmul_gpu(step: &mut Step, w: &Matrix, up: Option<&Matrix>, norm: Option<&No
             scales_at: c.scales_at,
             accumulate: (epilogue == Epilogue::Accumulate) as u32,
             eps: norm.map(|n| n.eps).unwrap_or(0.0),
+            high_at: c.high_at,
+            super_at: c.super_at,
+            _pad: [0; 2],
         };
         let mut resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone()];
         let mut bytes = c.storage.bytes();
@@ -655,7 +671,9 @@ struct EmbeddingParams {
     y_offset: u32,
     y_stride: u32,
     scales_at: u32,
-    _pad: [u32; 3],
+    high_at: u32,
+    super_at: u32,
+    _pad: u32,
 }
 
 /// y[r] = E[ids[ids_offset + r]] where E is stored as the (transposed) matrix `[hidden -> vocab]`.
@@ -675,7 +693,9 @@ pub fn embedding(step: &mut Step, table: &Matrix, ids: &Arc<GpuBuffer>, ids_offs
             y_offset: y.offset,
             y_stride: y.stride,
             scales_at: c.scales_at,
-            _pad: [0; 3],
+            high_at: c.high_at,
+            super_at: c.super_at,
+            _pad: 0,
         };
         let resources = vec![Resource::Buffer(ids.clone()), c.storage.clone(), Resource::Buffer(y.buf.clone())];
         step.dispatch_resources(&p, &params, resources, flat_groups(n_rows * table.k as u32, 64));

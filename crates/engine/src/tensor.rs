@@ -6,7 +6,7 @@
 
 use crate::context::{Gpu, GpuBuffer, GpuTexture, Resource};
 use crate::error::{EngineError, Result};
-use crate::quant::{QuantType, GROUP_COLS, QK};
+use crate::quant::{QuantType, GROUP_COLS};
 use half::{bf16, f16};
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ pub enum HostDType {
     F32,
     F16,
     BF16,
-    /// GGML blocks of 32 values along each row.
+    /// GGML blocks (32 or 256 values) along each row.
     Quant(QuantType),
 }
 
@@ -26,7 +26,7 @@ impl HostDType {
         match self {
             Self::F32 => 4 * n,
             Self::F16 | Self::BF16 => 2 * n,
-            Self::Quant(q) => n / QK * q.block_bytes(),
+            Self::Quant(q) => n / q.block_values() * q.block_bytes(),
         }
     }
     pub fn name(self) -> &'static str {
@@ -57,15 +57,13 @@ impl WeightFormat {
         }
     }
 
-    /// Parse a `--dtype` value: f16, f32, q8_0, q4_0 or q4_1.
+    /// Parse a `--dtype` value: f16, f32 or a block type (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
+    /// q6_k).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "f16" => Some(Self::F16),
             "f32" => Some(Self::F32),
-            "q8_0" => Some(Self::Quant(QuantType::Q8_0)),
-            "q4_0" => Some(Self::Quant(QuantType::Q4_0)),
-            "q4_1" => Some(Self::Quant(QuantType::Q4_1)),
-            _ => None,
+            other => QuantType::parse(other).map(Self::Quant),
         }
     }
 }
@@ -87,7 +85,7 @@ impl DTypeChoice {
         }
     }
 
-    /// Parse `--dtype`: auto (as stored), f16, f32, q8_0, q4_0, q4_1.
+    /// Parse `--dtype`: auto (as stored), f16, f32 or a block type.
     pub fn parse(s: &str) -> Option<Self> {
         if s == "auto" {
             return Some(Self::AsStored);
@@ -109,11 +107,13 @@ pub struct HostTensor<'a> {
 
 impl<'a> HostTensor<'a> {
     pub fn new(name: &'a str, dtype: HostDType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self> {
-        if matches!(dtype, HostDType::Quant(_)) && cols % QK != 0 {
-            return Err(EngineError::Tensor {
-                name: name.to_string(),
-                message: format!("{} rows of {cols} values are not whole blocks of {QK}", dtype.name()),
-            });
+        if let HostDType::Quant(q) = dtype {
+            if cols % q.block_values() != 0 {
+                return Err(EngineError::Tensor {
+                    name: name.to_string(),
+                    message: format!("{} rows of {cols} values are not whole blocks of {}", dtype.name(), q.block_values()),
+                });
+            }
         }
         let want = dtype.bytes_for(rows * cols);
         if data.len() != want {
@@ -132,10 +132,11 @@ impl<'a> HostTensor<'a> {
             HostDType::F16 => f16::from_bits(u16::from_le_bytes([self.data[2 * i], self.data[2 * i + 1]])).to_f32(),
             HostDType::BF16 => bf16::from_bits(u16::from_le_bytes([self.data[2 * i], self.data[2 * i + 1]])).to_f32(),
             HostDType::Quant(q) => {
-                let mut block = [0f32; QK];
-                let b = i / QK * q.block_bytes();
+                let bv = q.block_values();
+                let mut block = vec![0f32; bv];
+                let b = i / bv * q.block_bytes();
                 q.dequantize_block(&self.data[b..b + q.block_bytes()], &mut block);
-                block[i % QK]
+                block[i % bv]
             }
         }
     }
@@ -145,16 +146,17 @@ impl<'a> HostTensor<'a> {
         let base = row * self.cols + start;
         match self.dtype {
             HostDType::Quant(q) => {
-                let mut block = [0f32; QK];
+                let bv = q.block_values();
+                let mut block = vec![0f32; bv];
                 let mut decoded = usize::MAX;
                 for (j, o) in out.iter_mut().enumerate() {
                     let i = base + j;
-                    if i / QK != decoded {
-                        decoded = i / QK;
+                    if i / bv != decoded {
+                        decoded = i / bv;
                         let b = decoded * q.block_bytes();
                         q.dequantize_block(&self.data[b..b + q.block_bytes()], &mut block);
                     }
-                    *o = block[i % QK];
+                    *o = block[i % bv];
                 }
             }
             _ => {
@@ -191,6 +193,10 @@ pub struct MatrixChunk {
     pub wcols: u32,
     /// Row-major quantized chunks: the u32 word where the scales start (row_major.rs); else 0.
     pub scales_at: u32,
+    /// Row-major Q5_x / Q6_K chunks: the u32 word where the high code bits start; else 0.
+    pub high_at: u32,
+    /// Row-major K-quant chunks: the u32 word where the super-block words start; else 0.
+    pub super_at: u32,
 }
 
 /// A weight matrix y = x·Wᵀ with `k` inputs and `n` outputs, on the GPU.
@@ -275,7 +281,7 @@ impl Matrix {
                 progress(host.dtype.bytes_for(kr * cols) as u64);
                 k0 += kr;
             }
-            chunks.push(MatrixChunk { storage: Resource::Buffer(buffer), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32, scales_at: 0 });
+            chunks.push(MatrixChunk { storage: Resource::Buffer(buffer), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32, scales_at: 0, high_at: 0, super_at: 0 });
             col0 += cols;
         }
         Ok(Matrix { name: host.name.to_string(), k, n, format, chunks, row_major: false })
@@ -333,24 +339,25 @@ impl Matrix {
             }
             writer.finish();
             let wcols = groups * TEXTURE_GROUP_COLS;
-            chunks.push(MatrixChunk { storage: Resource::Texture(tex), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32, scales_at: 0 });
+            chunks.push(MatrixChunk { storage: Resource::Texture(tex), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32, scales_at: 0, high_at: 0, super_at: 0 });
             col0 += cols;
         }
         Ok(Matrix { name: host.name.to_string(), k, n, format, chunks, row_major: false })
     }
 
-    /// Upload keeping (or converting to) GGML blocks: chunk layout `[k / 32][wcols / 16]` groups of
+    /// Upload keeping (or converting to) GGML blocks: chunk layout `[k / block][wcols / 16]` groups of
     /// `q.gpu_group_words()` u32 (quant.rs). Blocks already of type `q` are repacked bit for bit;
     /// anything else is dequantized to f32 and quantized with llama.cpp's reference rounding.
     fn upload_quantized(gpu: &Gpu, host: &HostTensor, q: QuantType, limit: u64, progress: &mut dyn FnMut(u64)) -> Result<Matrix> {
         let (n, k) = (host.rows, host.cols);
-        if k % QK != 0 {
+        let bv = q.block_values();
+        if k % bv != 0 {
             return Err(EngineError::Tensor {
                 name: host.name.to_string(),
-                message: format!("cannot store as {}: {k} inputs are not a multiple of the block size {QK}", q.name()),
+                message: format!("cannot store as {}: {k} inputs are not a multiple of the block size {bv}", q.name()),
             });
         }
-        let kb = k / QK;
+        let kb = k / bv;
         let words = q.gpu_group_words();
         let group_bytes = (words * 4) as u64;
         // In weight textures the same word sequence fills texels (4 words each) in order.
@@ -382,7 +389,7 @@ impl Matrix {
         let bb = q.block_bytes();
         let mut chunks = Vec::new();
         let mut col0 = 0usize;
-        let mut values = vec![0f32; QK];
+        let mut values = vec![0f32; bv];
         let mut block = vec![0u8; bb];
         while col0 < n {
             let cols = (n - col0).min(max_cols);
@@ -407,7 +414,7 @@ impl Matrix {
                             let at = ((col0 + c) * kb + b) * bb;
                             &host.data[at..at + bb]
                         } else {
-                            host.read_row(col0 + c, b * QK, &mut values);
+                            host.read_row(col0 + c, b * bv, &mut values);
                             q.quantize_block(&values, &mut block);
                             &block
                         };
@@ -419,10 +426,10 @@ impl Matrix {
                     out = interleave_groups(&out, groups, words);
                 }
                 sink.write(gpu, (b0 * groups * words) as u64, &out);
-                progress(host.dtype.bytes_for(nb * QK * cols) as u64);
+                progress(host.dtype.bytes_for(nb * bv * cols) as u64);
                 b0 += nb;
             }
-            chunks.push(MatrixChunk { storage: sink.finish(gpu), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32, scales_at: 0 });
+            chunks.push(MatrixChunk { storage: sink.finish(gpu), col0: col0 as u32, cols: cols as u32, wcols: wcols as u32, scales_at: 0, high_at: 0, super_at: 0 });
             col0 += cols;
         }
         Ok(Matrix { name: host.name.to_string(), k, n, format: WeightFormat::Quant(q), chunks, row_major: false })

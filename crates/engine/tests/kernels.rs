@@ -105,7 +105,7 @@ fn weight_textures_match_storage_buffers_bit_for_bit() {
         let (wv, uv) = (rng.vec(n * k, 0.5), rng.vec(n * k, 0.5));
         let x = rng.vec(7 * k, 1.0);
         let ids: Vec<u32> = vec![0, 7, 15, 16, 127, 128, 200, 299];
-        let quant = [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1].map(WeightFormat::Quant);
+        let quant = [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1].map(WeightFormat::Quant);
         for format in [WeightFormat::F16, WeightFormat::F32].into_iter().chain(quant) {
             let results: Vec<Vec<Vec<f32>>> = [&on_texture, &on_buffer]
                 .iter()

@@ -1,4 +1,4 @@
-//! Quantized weights (Q8_0, Q4_0, Q4_1) on the GPU against the CPU reference on the exactly
+//! Quantized weights (every block type: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) on the GPU against the CPU reference on the exactly
 //! dequantized weights, on every test adapter configuration: matmul (decode and multi-row, batch
 //! invariance bit for bit), the fused GLU, the embedding gather, and splitting across buffers.
 
@@ -7,7 +7,16 @@ use domino_engine::reference;
 use domino_engine::testing::{test_gpus, Rng};
 use domino_engine::{kernels, Epilogue, Gpu, HostDType, HostTensor, Matrix, Rows, Step, WeightFormat};
 
-const TYPES: [QuantType; 3] = [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1];
+const TYPES: [QuantType; 8] = QuantType::ALL;
+
+/// Inputs per row for a type's tests: whole blocks, and for the 32-value types an odd block count.
+fn k_for(t: QuantType, blocks32: usize) -> usize {
+    if t.is_k() {
+        256 * blocks32.div_ceil(8).max(1)
+    } else {
+        32 * blocks32
+    }
+}
 
 use domino_engine::testing::{max_abs_diff as max_err, read_f32_blocking as read, upload_f32 as upload};
 
@@ -32,18 +41,20 @@ fn quantized_matmul_matches_reference_and_is_batch_invariant() {
     for (name, gpu) in test_gpus() {
         let mut rng = Rng::new(31);
         for t in TYPES {
-            for (k, n) in [(64usize, 48usize), (96, 50), (32, 7)] {
+            for (k, n) in [(k_for(t, 2), 48usize), (k_for(t, 3), 50), (k_for(t, 1), 7), (k_for(t, 16), 20)] {
                 let (bytes, deq) = blocks(t, &mut rng, n, k);
                 let host = HostTensor::new("w", HostDType::Quant(t), n, k, &bytes).unwrap();
                 let w = Matrix::upload(&gpu, &host, WeightFormat::Quant(t), &mut |_| {}).unwrap();
                 if gpu.caps.gpu_kernels {
                     // Row-major: the file's bytes, plus at most 16 bytes of padding per region.
                     assert_eq!(w.bytes(), domino_engine::row_major::chunk_bytes(WeightFormat::Quant(t), k, n), "{t:?}");
-                    assert!(w.bytes() as usize <= bytes.len() + 32 + n * 2, "{t:?}: stays quantized on the GPU ({} vs {})", w.bytes(), bytes.len());
+                    // K-quants add at most 4 bytes per super-block (the 6-bit scales as bytes).
+                    let slack = 64 + n * 2 + if t.is_k() { n * k / 256 * 4 } else { 0 };
+                    assert!(w.bytes() as usize <= bytes.len() + slack, "{t:?}: stays quantized on the GPU ({} vs {})", w.bytes(), bytes.len());
                 } else {
                     // Weight textures hold whole runs of 8 groups (128 columns).
                     let run = if gpu.caps.weight_textures { domino_engine::tensor::TEXTURE_GROUP_RUN } else { 1 };
-                    assert_eq!(w.bytes() as usize, k / 32 * n.div_ceil(16).div_ceil(run) * run * t.gpu_group_words() * 4, "{t:?}: stays quantized on the GPU");
+                    assert_eq!(w.bytes() as usize, k / t.block_values() * n.div_ceil(16).div_ceil(run) * run * t.gpu_group_words() * 4, "{t:?}: stays quantized on the GPU");
                 }
                 // 1 to 64 rows: every multi-row pass, split into passes of the multi-row variants.
                 let x_all = rng.vec(64 * k, 1.0);
@@ -71,7 +82,7 @@ fn quantized_glu_embedding_and_split_match_reference() {
     for (name, gpu) in test_gpus() {
         let mut rng = Rng::new(32);
         for t in TYPES {
-            let (k, n) = (64, 40);
+            let (k, n) = (k_for(t, 2), 40);
             let (gb, g) = blocks(t, &mut rng, n, k);
             let (ub, u) = blocks(t, &mut rng, n, k);
             let gm = Matrix::upload(&gpu, &HostTensor::new("g", HostDType::Quant(t), n, k, &gb).unwrap(), WeightFormat::Quant(t), &mut |_| {}).unwrap();
@@ -90,10 +101,10 @@ fn quantized_glu_embedding_and_split_match_reference() {
             // A vocabulary split into chunks of one group (16 columns; 64 inputs = 2 blocks per column),
             // or of one run of 8 groups (128 columns) in weight textures.
             let run = if gpu.caps.weight_textures { domino_engine::tensor::TEXTURE_GROUP_RUN } else { 1 };
-            let (vocab, hidden) = (103 * run, 64);
+            let (vocab, hidden) = (103 * run, k_for(t, 2));
             let (eb, e) = blocks(t, &mut rng, vocab, hidden);
             let host = HostTensor::new("embed", HostDType::Quant(t), vocab, hidden, &eb).unwrap();
-            let limit = (run * hidden / 32 * t.gpu_group_words() * 4) as u64;
+            let limit = (run * hidden / t.block_values() * t.gpu_group_words() * 4) as u64;
             let split = Matrix::upload_chunked(&gpu, &host, WeightFormat::Quant(t), limit, &mut |_| {}).unwrap();
             assert_eq!(split.chunks.len(), 7, "{t:?}");
             let whole = Matrix::upload(&gpu, &host, WeightFormat::Quant(t), &mut |_| {}).unwrap();
@@ -116,10 +127,10 @@ fn float_weights_quantize_at_load_like_the_cpu_quantizer() {
     // --dtype q8_0 on an f16/bf16/f32 checkpoint: the GPU holds llama.cpp's reference quantization.
     for (name, gpu) in test_gpus().into_iter().take(1) {
         let mut rng = Rng::new(33);
-        let (k, n) = (96, 20);
-        let wv = rng.vec(n * k, 0.5);
-        let host = HostTensor::new("w", HostDType::F32, n, k, bytemuck::cast_slice(&wv)).unwrap();
         for t in TYPES {
+            let (k, n) = (k_for(t, 3), 20);
+            let wv = rng.vec(n * k, 0.5);
+            let host = HostTensor::new("w", HostDType::F32, n, k, bytemuck::cast_slice(&wv)).unwrap();
             let w = Matrix::upload(&gpu, &host, WeightFormat::Quant(t), &mut |_| {}).unwrap();
             let deq = quant::dequantize(t, &quant::quantize(t, &wv));
             let x = rng.vec(2 * k, 1.0);

@@ -22,7 +22,7 @@ pub enum ModelError {
     Shape { name: String, expected: Vec<usize>, found: Vec<usize>, path: PathBuf },
     #[error("{path}: corrupt or unsupported GGUF file: {message}")]
     Gguf { path: PathBuf, message: String },
-    #[error("tensor {name}: unsupported dtype {dtype} (in {path}); expected F32, F16, BF16, Q8_0, Q4_0 or Q4_1")]
+    #[error("tensor {name}: unsupported dtype {dtype} (in {path}); expected F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K")]
     DType { name: String, dtype: String, path: PathBuf },
     #[error("tokenizer: {0}")]
     Tokenizer(String),

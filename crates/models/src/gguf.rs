@@ -2,7 +2,8 @@
 //!
 //! Everything read from the file is bounds-checked, so a truncated or corrupt file is refused with
 //! an error naming the file and what was wrong, never a panic or a huge allocation. Tensor types:
-//! F32, F16, BF16, Q8_0, Q4_0 and Q4_1; any other type is reported by name when its tensor is used.
+//! F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K; any other type (Q2_K, Q3_K, the
+//! IQ types, ...) is reported by name when its tensor is used.
 
 use crate::error::{ModelError, Result};
 use domino_engine::{HostDType, QuantType};
@@ -123,7 +124,12 @@ impl GgufTensorInfo {
             1 => Ok(HostDType::F16),
             2 => Ok(HostDType::Quant(QuantType::Q4_0)),
             3 => Ok(HostDType::Quant(QuantType::Q4_1)),
+            6 => Ok(HostDType::Quant(QuantType::Q5_0)),
+            7 => Ok(HostDType::Quant(QuantType::Q5_1)),
             8 => Ok(HostDType::Quant(QuantType::Q8_0)),
+            12 => Ok(HostDType::Quant(QuantType::Q4_K)),
+            13 => Ok(HostDType::Quant(QuantType::Q5_K)),
+            14 => Ok(HostDType::Quant(QuantType::Q6_K)),
             30 => Ok(HostDType::BF16),
             other => Err(ggml_type_name(other)),
         }
@@ -310,11 +316,14 @@ impl GgufFile {
             let bytes_needed = match t.dtype() {
                 Ok(d) => {
                     let inner = t.dims.first().copied().unwrap_or(1);
-                    if matches!(d, HostDType::Quant(_)) && inner % 32 != 0 {
-                        return Err(ModelError::Gguf { path: path.into(), message: format!("tensor {}: {} rows of {inner} values are not whole blocks of 32", t.name, d.name()) });
+                    if let HostDType::Quant(q) = d {
+                        let bv = q.block_values() as u64;
+                        if inner % bv != 0 {
+                            return Err(ModelError::Gguf { path: path.into(), message: format!("tensor {}: {} rows of {inner} values are not whole blocks of {bv}", t.name, d.name()) });
+                        }
                     }
                     match d {
-                        HostDType::Quant(q) => Some(elements / 32 * q.block_bytes() as u64),
+                        HostDType::Quant(q) => Some(elements / q.block_values() as u64 * q.block_bytes() as u64),
                         HostDType::F32 => elements.checked_mul(4),
                         HostDType::F16 | HostDType::BF16 => elements.checked_mul(2),
                     }

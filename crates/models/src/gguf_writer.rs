@@ -66,6 +66,11 @@ pub fn ggml_type(d: HostDType) -> u32 {
         HostDType::Quant(QuantType::Q4_0) => 2,
         HostDType::Quant(QuantType::Q4_1) => 3,
         HostDType::Quant(QuantType::Q8_0) => 8,
+        HostDType::Quant(QuantType::Q5_0) => 6,
+        HostDType::Quant(QuantType::Q5_1) => 7,
+        HostDType::Quant(QuantType::Q4_K) => 12,
+        HostDType::Quant(QuantType::Q5_K) => 13,
+        HostDType::Quant(QuantType::Q6_K) => 14,
         HostDType::BF16 => 30,
     }
 }
@@ -164,6 +169,11 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinySpec, matrix_dtype: HostDType) ->
 /// As `write_tiny_gguf`, with each matrix's type chosen by its Hugging Face name (mixed-type files
 /// such as llama.cpp's Q4_K_M, which keeps some tensors in a wider type).
 pub fn write_tiny_gguf_with(path: &Path, spec: &TinySpec, matrix_dtype: &dyn Fn(&str) -> HostDType) -> Result<()> {
+    write_tiny_gguf_shaped(path, spec, &|name, _| matrix_dtype(name))
+}
+
+/// As `write_tiny_gguf_with`, the type chosen from the name and the `[rows, cols]` shape.
+pub fn write_tiny_gguf_shaped(path: &Path, spec: &TinySpec, matrix_dtype: &dyn Fn(&str, &[usize]) -> HostDType) -> Result<()> {
     let arch = if spec.qk_norm { "qwen3" } else { "llama" };
     let s = |v: &str| GgufValue::String(v.into());
     let u = |v: usize| GgufValue::U32(v as u32);
@@ -208,8 +218,72 @@ pub fn write_tiny_gguf_with(path: &Path, spec: &TinySpec, matrix_dtype: &dyn Fn(
                 values = llama_cpp_permute(&values, spec.kv_heads, shape[1]);
             }
         }
-        let dtype = if shape.len() == 1 { HostDType::F32 } else { matrix_dtype(&name) };
+        let dtype = if shape.len() == 1 { HostDType::F32 } else { matrix_dtype(&name, &shape) };
         tensors.push(GgufTensor { name: gguf_name(&name), ggml_type: ggml_type(dtype), data: encode(dtype, &values), shape });
     }
     std::fs::write(path, gguf_bytes(&metadata, &tensors)).map_err(|e| ModelError::Io { path: path.into(), source: e })
+}
+
+/// What a GGUF's matrices are stored as: one type for all, or one of llama.cpp's K-quant mixes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileType {
+    Uniform(HostDType),
+    /// llama.cpp's Q4_K_M: Q4_K, with Q6_K for the output matrix and for attn_v and ffn_down in the
+    /// layers `use_more_bits` picks.
+    Q4KM,
+    /// llama.cpp's Q5_K_M: the same rule over Q5_K.
+    Q5KM,
+}
+
+impl FileType {
+    /// f32, f16, bf16, a block type (q8_0 ... q6_k), q4_k_m or q5_k_m.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Some(Self::Uniform(HostDType::F32)),
+            "f16" => Some(Self::Uniform(HostDType::F16)),
+            "bf16" => Some(Self::Uniform(HostDType::BF16)),
+            "q4_k_m" => Some(Self::Q4KM),
+            "q5_k_m" => Some(Self::Q5KM),
+            other => QuantType::parse(other).map(|q| Self::Uniform(HostDType::Quant(q))),
+        }
+    }
+
+    /// The type of Hugging Face matrix `name` of shape `[rows, cols]` in a model of `layers` layers,
+    /// by llama.cpp's rules (llama_tensor_get_type), including its fallbacks for rows that are not
+    /// whole super-blocks (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0) or whole 32-value blocks (f16).
+    pub fn matrix_type(self, name: &str, shape: &[usize], layers: usize) -> HostDType {
+        let more_bits = |i: usize| i < layers / 8 || i >= 7 * layers / 8 || (i as isize - (layers / 8) as isize).rem_euclid(3) == 2;
+        let layer = name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|l| l.parse::<usize>().ok());
+        let base = match self {
+            Self::Uniform(d) => d,
+            Self::Q4KM | Self::Q5KM => {
+                let base = if self == Self::Q4KM { QuantType::Q4_K } else { QuantType::Q5_K };
+                let wide = name == "lm_head.weight"
+                    || ((name.contains("self_attn.v_proj") || name.contains("mlp.down_proj")) && layer.is_some_and(more_bits));
+                HostDType::Quant(if wide { QuantType::Q6_K } else { base })
+            }
+        };
+        let cols = shape.last().copied().unwrap_or(0);
+        match base {
+            HostDType::Quant(q) if cols % q.block_values() != 0 => {
+                let fallback = match q {
+                    QuantType::Q4_K => QuantType::Q5_0,
+                    QuantType::Q5_K => QuantType::Q5_1,
+                    QuantType::Q6_K => QuantType::Q8_0,
+                    other => other,
+                };
+                if cols % fallback.block_values() == 0 {
+                    HostDType::Quant(fallback)
+                } else {
+                    HostDType::F16
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// The tiny model of `spec` as a GGUF of file type `ftype` (see `write_tiny_gguf`).
+pub fn write_tiny_gguf_as(path: &Path, spec: &TinySpec, ftype: FileType) -> Result<()> {
+    write_tiny_gguf_shaped(path, spec, &|name, shape| ftype.matrix_type(name, shape, spec.layers))
 }

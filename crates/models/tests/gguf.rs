@@ -276,3 +276,91 @@ fn corrupt_and_unsupported_gguf_files_give_clear_errors() {
     let e = err(&path);
     assert!(e.contains("unsupported architecture") && e.contains("gpt2"), "{e}");
 }
+
+/// Greedy tokens: the GPU model prefilled with `prompt`, then decoded a row at a time.
+fn gpu_greedy(gpu: &Arc<Gpu>, model: &Qwen3Model, prompt: &[u32], new: usize) -> Vec<u32> {
+    let v = model.config.vocab_size;
+    let state = model.new_state(64, 32, 32).unwrap();
+    let argmax = |l: &[f32]| l.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32;
+    let mut out = Vec::new();
+    let (mut pos, mut rows) = (0u32, prompt.to_vec());
+    while out.len() < new {
+        gpu.write(&state.ids, 0, &rows);
+        let mut step = Step::new(gpu);
+        model.record_forward(&mut step, &state, &Forward { pos0: pos, n_rows: rows.len() as u32, logits_from: 0, capture: None }).unwrap();
+        step.submit().unwrap();
+        let logits = block_on(read_f32(gpu, &state.logits, 0, rows.len() * v)).unwrap();
+        let next = argmax(&logits[(rows.len() - 1) * v..]);
+        pos += rows.len() as u32;
+        out.push(next);
+        rows = vec![next];
+    }
+    out
+}
+
+#[test]
+fn q4_k_m_like_mixed_gguf_keeps_its_blocks_and_generates_the_f32_reference_tokens() {
+    // Every kept-quantized type in one file, as llama.cpp's Q4_K_M writes it (Q4_K; Q6_K for the
+    // output and for attn_v / ffn_down of the layers use_more_bits picks; Q5_0 where a row is not
+    // whole super-blocks: o_proj has 4 x 48 = 192 inputs), plus Q5_K, Q5_1 and Q8_0 in q/k so every
+    // type is decoded. Llama (permuted q/k rows) and Qwen3 (q/k norms) architectures.
+    use domino_models::gguf_writer::{write_tiny_gguf_shaped, FileType};
+    let gpus = test_gpus();
+    let prompt: Vec<u32> = vec![3, 17, 250, 9, 100, 42];
+    for qk_norm in [false, true] {
+        let spec = TinySpec {
+            hidden: 256,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 48,
+            intermediate: 512,
+            qk_norm,
+            dtype: HostDType::F32,
+            embed_scale: 4.0,
+            seed: 44 + qk_norm as u64,
+            ..TinySpec::default()
+        };
+        let q = |t| HostDType::Quant(t);
+        let policy = |name: &str, shape: &[usize]| {
+            if name.contains("q_proj") {
+                q(QuantType::Q5_K)
+            } else if name.contains("layers.0.self_attn.k_proj") {
+                q(QuantType::Q5_1)
+            } else if name.contains("k_proj") {
+                q(QuantType::Q8_0)
+            } else {
+                FileType::Q4KM.matrix_type(name, shape, spec.layers)
+            }
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mixed.gguf");
+        write_tiny_gguf_shaped(&path, &spec, &policy).unwrap();
+        let m = open_model(&path).unwrap();
+        let g = GgufFile::open(&path).unwrap();
+        let types: std::collections::BTreeSet<String> = g.tensors.iter().map(|t| t.dtype().unwrap().name().to_string()).collect();
+        assert_eq!(types.into_iter().collect::<Vec<_>>(), ["f32", "q4_k", "q5_0", "q5_1", "q5_k", "q6_k", "q8_0"], "qk_norm={qk_norm}");
+        let file_matrix_bytes: u64 = g.tensors.iter().filter(|t| t.dims.len() == 2).map(|t| t.dtype().unwrap().bytes_for(t.elements() as usize) as u64).sum();
+
+        // The reference runs on the exactly dequantized weights in f32.
+        let reference = ReferenceModel::load(m.config.clone(), m.weights.as_ref(), false).unwrap();
+        let argmax = |l: &[f32]| l.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32;
+        let mut seq = prompt.clone();
+        for _ in 0..10 {
+            let out = reference.forward(&seq);
+            let v = m.config.vocab_size;
+            seq.push(argmax(&out.logits[(seq.len() - 1) * v..seq.len() * v]));
+        }
+        let want = seq[prompt.len()..].to_vec();
+
+        for (name, gpu) in &gpus {
+            let model = Qwen3Model::load_with(gpu.clone(), m.config.clone(), m.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {}).unwrap();
+            let l1 = &model.layers[1];
+            assert_eq!((model.layers[0].o.format, l1.down.format, l1.gate.format), (WeightFormat::Quant(QuantType::Q5_0), WeightFormat::Quant(QuantType::Q6_K), WeightFormat::Quant(QuantType::Q4_K)), "{name}");
+            // Kept as blocks: the GPU holds about what the file holds, not f16 (3.5x more).
+            // (untied: the embedding is the one matrix a decode step does not read.)
+            let gpu_bytes = model.decode_weight_bytes() + model.embed.bytes();
+            assert!(gpu_bytes < file_matrix_bytes * 13 / 10, "{name} qk_norm={qk_norm}: {gpu_bytes} bytes on the GPU for {file_matrix_bytes} in the file");
+            assert_eq!(gpu_greedy(gpu, &model, &prompt, want.len()), want, "{name} qk_norm={qk_norm}: greedy tokens differ from the f32 reference");
+        }
+    }
+}
