@@ -285,7 +285,7 @@ fn gpu_greedy(gpu: &Arc<Gpu>, model: &Qwen3Model, prompt: &[u32], new: usize) ->
     let mut out = Vec::new();
     let (mut pos, mut rows) = (0u32, prompt.to_vec());
     while out.len() < new {
-        gpu.write(&state.ids, 0, &rows);
+        gpu.write(&state.ids, pos as u64, &rows); // ids are indexed by position
         let mut step = Step::new(gpu);
         model.record_forward(&mut step, &state, &Forward { pos0: pos, n_rows: rows.len() as u32, logits_from: 0, capture: None }).unwrap();
         step.submit().unwrap();
