@@ -105,7 +105,7 @@ fn absurd_dims_wrong_dtypes_and_bad_metadata_in_gguf() {
         ("absurd embedding_length", Box::new(|m, _| set(m, "qwen3.embedding_length", GgufValue::U64(1 << 40))), ""),
         ("absurd block_count", Box::new(|m, _| set(m, "qwen3.block_count", GgufValue::U64(u64::MAX))), "layers"),
         ("zero heads", Box::new(|m, _| set(m, "qwen3.attention.head_count", GgufValue::U32(0))), "head"),
-        ("Q4_K matrix", Box::new(|_, t| t[1].ggml_type = 12), "Q4_K"),
+        ("Q3_K matrix", Box::new(|_, t| t[1].ggml_type = 11), "Q3_K"),
         ("unknown tensor type", Box::new(|_, t| t[1].ggml_type = 9999), "unknown type 9999"),
         ("architecture as a number", Box::new(|m, _| set(m, "general.architecture", GgufValue::U32(7))), "general.architecture"),
         ("eos id outside the vocabulary", Box::new(|m, _| set(m, "tokenizer.ggml.eos_token_id", GgufValue::U32(1 << 30))), "eos_token_id"),

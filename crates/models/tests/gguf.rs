@@ -249,7 +249,7 @@ fn corrupt_and_unsupported_gguf_files_give_clear_errors() {
     let missing = dir.path().join("absent.gguf");
     assert!(err(&missing).contains("absent.gguf") && err(&missing).contains("not found"));
 
-    // A tensor type this build does not run (Q6_K = 14) is named when the tensor is used.
+    // A tensor type this build does not run (Q3_K = 11) is named when the tensor is used.
     let meta = vec![
         ("general.architecture".to_string(), GgufValue::String("llama".into())),
         ("llama.block_count".into(), GgufValue::U32(1)),
@@ -259,14 +259,14 @@ fn corrupt_and_unsupported_gguf_files_give_clear_errors() {
         ("llama.attention.head_count".into(), GgufValue::U32(4)),
         ("llama.attention.layer_norm_rms_epsilon".into(), GgufValue::F32(1e-5)),
     ];
-    let q6k = GgufTensor { name: "token_embd.weight".into(), shape: vec![8, 256], ggml_type: 14, data: vec![0; 8 * 210] };
-    let path = dir.path().join("q6k.gguf");
-    std::fs::write(&path, gguf_bytes(&meta, &[q6k])).unwrap();
+    let q3k = GgufTensor { name: "token_embd.weight".into(), shape: vec![8, 256], ggml_type: 11, data: vec![0; 8 * 110] };
+    let path = dir.path().join("q3k.gguf");
+    std::fs::write(&path, gguf_bytes(&meta, &[q3k])).unwrap();
     let m = open_model(&path).unwrap();
     let (_, gpu) = &test_gpus()[0];
     let e = Qwen3Model::load_with(gpu.clone(), m.config.clone(), m.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {}).err().unwrap().to_string();
     assert!(e.contains("token_embd") || e.contains("embed_tokens"), "{e}");
-    assert!(e.contains("Q6_K"), "{e}");
+    assert!(e.contains("Q3_K"), "{e}");
 
     // An architecture this build does not run.
     let mut meta2 = meta.clone();

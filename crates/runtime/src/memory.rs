@@ -82,27 +82,33 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-/// The stored type of a tensor from its element count and byte length (headers only).
+/// The stored type of a tensor from its element count and byte length (headers only). Types of
+/// equal size (Q4_0 and Q4_K, Q5_0 and Q5_K) are interchangeable for this estimate.
 fn stored_dtype(elements: u64, len: u64) -> HostDType {
-    let blocks = elements / 32;
     if len == elements.saturating_mul(4) {
-        HostDType::F32
-    } else if len == elements.saturating_mul(2) {
-        HostDType::F16
-    } else if len == blocks.saturating_mul(34) {
-        HostDType::Quant(QuantType::Q8_0)
-    } else if len == blocks.saturating_mul(20) {
-        HostDType::Quant(QuantType::Q4_1)
-    } else {
-        HostDType::Quant(QuantType::Q4_0)
+        return HostDType::F32;
     }
+    if len == elements.saturating_mul(2) {
+        return HostDType::F16;
+    }
+    QuantType::ALL
+        .into_iter()
+        .find(|q| len == (elements / q.block_values() as u64).saturating_mul(q.block_bytes() as u64))
+        .map(HostDType::Quant)
+        .unwrap_or(HostDType::Quant(QuantType::Q4_0))
 }
 
+/// Bytes a matrix of `elements` weights takes on the GPU in `format` (K-quants' scales widened to
+/// bytes: 148 per 256-value Q4_K block, see quant.rs).
 fn format_bytes(format: WeightFormat, elements: u64) -> u64 {
     match format {
         WeightFormat::F32 => elements.saturating_mul(4),
         WeightFormat::F16 => elements.saturating_mul(2),
-        WeightFormat::Quant(q) => elements.div_ceil(32).saturating_mul(q.block_bytes() as u64),
+        WeightFormat::Quant(q) => {
+            let bv = q.block_values() as u64;
+            let widened = if q.is_k() { 4 } else { 0 };
+            elements.div_ceil(bv).saturating_mul(q.block_bytes() as u64 + widened)
+        }
     }
 }
 
