@@ -38,16 +38,22 @@ impl CalibrationKey {
             adapter: gpu.info.name.clone(),
             backend: gpu.info.backend.clone(),
             driver: format!("{} {}", gpu.info.driver, gpu.info.driver_info),
-            caps: format!("{:?}", gpu.caps),
+            caps: caps_key(&gpu.caps),
             domino_version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
 
-    fn path(&self) -> PathBuf {
+    pub fn path(&self) -> PathBuf {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.hash(&mut h);
         cache_dir().join("calibration").join(format!("{:016x}.json", h.finish()))
     }
+}
+
+/// The kernel variant as the key records it: the caps without the memory budget, which follows the
+/// machine's free memory from run to run (keying on it recalibrated every run).
+fn caps_key(caps: &domino_engine::Caps) -> String {
+    format!("{:?}", domino_engine::Caps { memory_budget: None, ..*caps })
 }
 
 #[derive(Serialize, Deserialize)]
@@ -80,4 +86,29 @@ pub fn round_costs(session: &mut SpeculativeSession, key: &CalibrationKey, quiet
         }
     }
     Ok(costs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_ignores_free_memory_but_not_the_kernel_variant() {
+        let caps = domino_engine::Caps {
+            gpu_kernels: false,
+            cpu: true,
+            f16: true,
+            subgroup: true,
+            prefer_packed_f16: true,
+            weight_textures: true,
+            max_texture_dim: 16384,
+            max_storage_binding: 1 << 27,
+            max_buffer: 1 << 31,
+            uniform_align: 32,
+            memory_budget: Some(23_971_332_096),
+        };
+        let less_free = domino_engine::Caps { memory_budget: Some(23_811_682_304), ..caps };
+        assert_eq!(caps_key(&caps), caps_key(&less_free));
+        assert_ne!(caps_key(&caps), caps_key(&domino_engine::Caps { gpu_kernels: true, ..caps }));
+    }
 }
