@@ -147,7 +147,7 @@ async function load() {
   $('load-status').textContent = 'loading…';
   const t0 = performance.now();
   try {
-    const info = await call('load', { model, draft }, (m) => {
+    const info = await call('load', { model, draft, dtype: $('dtype').value }, (m) => {
       if (m.type !== 'progress') return;
       $('progress').value = m.total ? m.loaded / m.total : 0;
       const verb = m.phase === 'upload' ? 'uploading to the GPU' : 'downloading';
@@ -278,6 +278,7 @@ $('stop').onclick = () => worker.postMessage({ op: 'stop' });
     // ?model=URL&draft=URL replace the defaults (the page's own models/); a model without a draft
     // leaves the drafter empty.
     const q = new URLSearchParams(location.search);
+    if (q.get('dtype')) $('dtype').value = q.get('dtype');
     if (q.get('model')) {
       $('model-url').value = q.get('model');
       $('draft-url').value = q.get('draft') || '';
