@@ -86,8 +86,11 @@ assert.deepEqual(ref.backbone.output_ids, ref.plain.output_ids, 'native backbone
 // shipped drafter at a fixed draft length, so the page must verify the same blocks.
 const realGguf = join(webModels, REAL_GGUF);
 const realDraft = join(webModels, REAL_DRAFT);
+// SwiftShader decodes SmolLM2 at about 0.5-1 tok/s and verifies a speculative round in several
+// seconds (its drafter accepts little), so the speculative runs are shorter.
 const REAL_MAX = 24;
-const REAL_DRAFT_LEN = 4;
+const REAL_MAX_SPEC = 12;
+const REAL_DRAFT_LEN = 3;
 const REAL_PROMPTS = [
   { name: 'chat', prompt: 'What is the capital of France?', chat: true },
   { name: 'code', prompt: 'def fibonacci(n):', chat: false },
@@ -95,11 +98,12 @@ const REAL_PROMPTS = [
 const realRef = {};
 for (const p of REAL_PROMPTS) {
   const args = ['generate', '--model', realGguf, '--prompt', p.prompt, '--max-tokens', String(REAL_MAX), '--ignore-eos', '--json', ...(p.chat ? ['--chat'] : [])];
+  const spec = args.map((a, i) => (args[i - 1] === '--max-tokens' ? String(REAL_MAX_SPEC) : a));
   realRef[p.name] = {
     plain: JSON.parse(domino(...args)),
-    domino: JSON.parse(domino(...args, '--draft', realDraft, '--draft-len', String(REAL_DRAFT_LEN))),
+    domino: JSON.parse(domino(...spec, '--draft', realDraft, '--draft-len', String(REAL_DRAFT_LEN))),
   };
-  assert.deepEqual(realRef[p.name].domino.output_ids, realRef[p.name].plain.output_ids, `native ${p.name}: domino vs plain`);
+  assert.deepEqual(realRef[p.name].domino.output_ids, realRef[p.name].plain.output_ids.slice(0, REAL_MAX_SPEC), `native ${p.name}: domino vs plain`);
 }
 
 // Weight bytes a decode step reads natively, kept quantized (auto) and dequantized (f16).
@@ -278,7 +282,7 @@ try {
     for (const mode of ['plain', 'domino']) {
       await step(`SmolLM2 ${p.name} prompt (${mode}) = native domino generate --json`, async () => {
         const want = realRef[p.name][mode];
-        const r = await generate(mode, { prompt: p.prompt, max: REAL_MAX, chat: p.chat, draftLen: REAL_DRAFT_LEN, timeout: 300000 });
+        const r = await generate(mode, { prompt: p.prompt, max: mode === 'plain' ? REAL_MAX : REAL_MAX_SPEC, chat: p.chat, draftLen: REAL_DRAFT_LEN, timeout: 300000 });
         assert.deepEqual(r.prompt_ids, want.prompt_ids, 'prompt ids');
         assert.deepEqual(r.output_ids, want.output_ids, 'output ids');
         assert.equal(r.text, want.text, 'text');
