@@ -295,6 +295,22 @@ try {
     }
   }
   await page.screenshot({ path: join(out, 'page-smollm2.png'), fullPage: true });
+  await step('the same GGUF as a local File (file picker), no drafter: the native greedy prefix', async () => {
+    await open();
+    await page.fill('#draft-url', '');
+    await page.setInputFiles('#model-file', realGguf);
+    await page.waitForSelector('#model-size[data-state=local]', { timeout: 30000 });
+    const before = hits.get(gguf);
+    await load(600000);
+    const info = await page.evaluate(() => window.dominoLoaded);
+    assert.equal(info.model, REAL_GGUF);
+    assert.equal(info.format, 'gguf');
+    assert.equal(info.drafter, null);
+    assert.equal(hits.get(gguf), before, 'a local File is not fetched');
+    const code = REAL_PROMPTS.find((p) => p.name === 'code');
+    const r = await generate('plain', { prompt: code.prompt, max: 6, chat: false, timeout: 300000 });
+    assert.deepEqual(r.output_ids, realRef.code.plain.output_ids.slice(0, 6), 'output ids');
+  });
   await browser.close();
 
   await step('without WebGPU the page says so', async () => {
