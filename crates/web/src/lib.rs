@@ -118,9 +118,11 @@ impl Domino {
         Ok(generate::to_js(&v)?)
     }
 
-    /// `load({ model, draft, onProgress, dtype })`: `model` and the optional `draft` are a base URL
-    /// of a model folder or an array of File objects; `onProgress(loadedBytes, totalBytes, fileName,
-    /// phase)` with phase "download" (fetching into the cache) or "upload" (tensors to the GPU).
+    /// `load({ model, draft, onProgress, dtype })`: `model` is a GGUF file (a URL ending in `.gguf`,
+    /// or a File), a base URL of a model folder, or an array of File objects; the optional `draft` is
+    /// a drafter folder (URL or File[]). `dtype`: auto (default: GGUF blocks stay quantized), f16,
+    /// f32, q8_0, q4_0, q4_1. `onProgress(loadedBytes, totalBytes, fileName, phase)` with phase
+    /// "download" (fetching into the cache) or "upload" (tensors to the GPU).
     pub fn load(&self, opts: JsValue) -> js_sys::Promise {
         exclusive(&self.state, move |state| async move {
             let o = Options::new(&opts, "load").map_err(WebError::Usage)?;
