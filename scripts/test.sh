@@ -5,7 +5,8 @@
 # 2. fetches the real Qwen3 tokenizer (scripts/fetch-test-data.sh),
 # 3. builds the whole workspace's tests, prints the GPU adapters (`domino devices`),
 # 4. runs `cargo test --workspace`,
-# 5. builds the browser build (web/build.sh) and runs the browser test (web/tests/browser.test.mjs).
+# 5. builds the browser build (web/build.sh), puts the page's default model and drafter in web/models/
+#    (web/fetch-models.sh) and runs the browser test (web/tests/browser.test.mjs).
 #
 # The GPU tests run on BOTH software adapters, Vulkan (lavapipe: shader-f16 and subgroup variants, plus
 # the same device forced onto the fallback variants) and GL (llvmpipe via EGL: fallback variants). A
@@ -48,5 +49,8 @@ cargo test --workspace "$@"
 # target/web-test/.
 echo "== browser build (bash web/build.sh)"
 bash web/build.sh
+# The page's default model and drafter (the real SmolLM2 GGUF and the shipped drafter) into
+# web/models/, where the page and the browser test fetch them.
+bash web/fetch-models.sh
 echo "== browser test (node web/tests/browser.test.mjs)"
 DOMINO_BIN="$target_dir/debug/domino" node web/tests/browser.test.mjs

@@ -62,32 +62,99 @@ function escapeHtml(s) {
   return String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]);
 }
 
-function source(urlId, filesId) {
+function source(urlId, filesId, fileId) {
+  const file = fileId && $(fileId).files;
+  if (file && file.length) return file[0];
   const files = $(filesId).files;
   if (files && files.length) return Array.from(files);
   const url = $(urlId).value.trim();
   return url ? new URL(url, location.href).href : null;
 }
 
+// --- sizes before downloading: HEAD requests (Content-Length), or the Cache API when cached -------
+const CACHE_NAME = 'domino-models-v1'; // as crates/web/js/files.js
+
+function isGgufUrl(url) {
+  try { return new URL(url).pathname.toLowerCase().endsWith('.gguf'); } catch (_) { return false; }
+}
+
+// The files a load of this URL downloads (a .gguf file, or a folder's config and weights).
+function downloadUrls(url) {
+  if (isGgufUrl(url)) return [url];
+  const base = url.endsWith('/') ? url : url + '/';
+  return ['config.json', 'model.safetensors'].map((n) => base + n);
+}
+
+// { bytes, cached } of one URL; bytes null when the server gives no size.
+async function urlSize(url) {
+  try {
+    const cache = typeof caches !== 'undefined' ? await caches.open(CACHE_NAME) : null;
+    const hit = cache && await cache.match(url);
+    if (hit) return { bytes: (await hit.blob()).size, cached: true };
+  } catch (_) { /* no Cache API: ask the server */ }
+  const r = await fetch(url, { method: 'HEAD' });
+  if (!r.ok) throw new Error(`HTTP ${r.status}`);
+  const n = r.headers.get('content-length');
+  return { bytes: n === null ? null : Number(n), cached: false };
+}
+
+async function showSize(urlId, filesId, fileId, outId) {
+  const out = $(outId);
+  delete out.dataset.bytes;
+  out.dataset.state = 'pending';
+  const src = source(urlId, filesId, fileId);
+  if (!src) { out.textContent = ''; out.dataset.state = 'none'; return; }
+  if (typeof src !== 'string') {
+    const files = Array.isArray(src) ? src : [src];
+    const bytes = files.reduce((s, f) => s + f.size, 0);
+    out.textContent = `${mb(bytes)} on this computer`;
+    out.dataset.bytes = String(bytes);
+    out.dataset.state = 'local';
+    return;
+  }
+  out.textContent = 'size…';
+  try {
+    const sizes = await Promise.all(downloadUrls(src).map(urlSize));
+    if (source(urlId, filesId, fileId) !== src) return; // the field changed meanwhile
+    const bytes = sizes.reduce((s, x) => s + (x.bytes || 0), 0);
+    const cached = sizes.every((x) => x.cached);
+    const unknown = sizes.some((x) => x.bytes === null);
+    out.textContent = cached ? `${mb(bytes)}, in the browser cache (no download)` : `${unknown ? 'at least ' : ''}${mb(bytes)} to download`;
+    out.dataset.bytes = String(bytes);
+    out.dataset.state = cached ? 'cached' : 'remote';
+  } catch (e) {
+    out.textContent = `not reachable (${e.message})`;
+    out.dataset.state = 'error';
+  }
+}
+
+function showSizes() {
+  return Promise.all([
+    showSize('model-url', 'model-files', 'model-file', 'model-size'),
+    showSize('draft-url', 'draft-files', null, 'draft-size'),
+  ]);
+}
+
 function mb(n) { return (n / 1e6).toFixed(1) + ' MB'; }
 
 async function load() {
   showError('');
-  const model = source('model-url', 'model-files');
-  if (!model) { showError('Choose a model: a base URL or a folder.'); return; }
+  const model = source('model-url', 'model-files', 'model-file');
+  if (!model) { showError('Choose a model: a .gguf file or a folder, by URL or from this computer.'); return; }
   const draft = source('draft-url', 'draft-files');
   setBusy(true);
   $('stop').disabled = true;
   $('load-status').textContent = 'loading…';
   const t0 = performance.now();
   try {
-    const info = await call('load', { model, draft }, (m) => {
+    const info = await call('load', { model, draft, dtype: $('dtype').value }, (m) => {
       if (m.type !== 'progress') return;
       $('progress').value = m.total ? m.loaded / m.total : 0;
       const verb = m.phase === 'upload' ? 'uploading to the GPU' : 'downloading';
       $('load-status').textContent = `${verb} ${m.file}: ${mb(m.loaded)} / ${mb(m.total)}`;
     });
     state.loaded = info;
+    window.dominoLoaded = info; // the load summary, for the console and the browser test
     $('progress').value = 1;
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
     $('load-status').textContent = `loaded ${info.model}` + (info.drafter ? ` + ${info.drafter_kind} drafter (block ${info.block_size})` : '') + ` in ${secs} s`;
@@ -99,6 +166,8 @@ async function load() {
     const mode = hasDraft ? (info.drafter_kind === 'domino' ? 'domino' : 'backbone') : 'plain';
     document.querySelector(`input[value=${mode}]`).checked = true;
     $('chat').disabled = !info.has_chat_template;
+    $('chat').checked = info.has_chat_template;
+    showSizes(); // now cached
   } catch (err) {
     $('load-status').textContent = 'load failed';
     $('load-status').dataset.state = 'failed';
@@ -206,10 +275,16 @@ $('stop').onclick = () => worker.postMessage({ op: 'stop' });
     showAdapter(info);
     $('adapter').dataset.state = 'ready';
     setBusy(false);
-    // ?model=URL&draft=URL prefill the fields (handy for links and tests).
+    // ?model=URL&draft=URL replace the defaults (the page's own models/); a model without a draft
+    // leaves the drafter empty.
     const q = new URLSearchParams(location.search);
-    if (q.get('model')) $('model-url').value = q.get('model');
-    if (q.get('draft')) $('draft-url').value = q.get('draft');
+    if (q.get('dtype')) $('dtype').value = q.get('dtype');
+    if (q.get('model')) {
+      $('model-url').value = q.get('model');
+      $('draft-url').value = q.get('draft') || '';
+    }
+    for (const id of ['model-url', 'model-file', 'model-files', 'draft-url', 'draft-files']) $(id).addEventListener('change', showSizes);
+    await showSizes();
   } catch (err) {
     $('adapter').textContent = 'WebGPU could not start.';
     fatal(err.message);

@@ -38,6 +38,7 @@ const ops = {
     return domino.load({
       model: args.model,
       draft: args.draft || undefined,
+      dtype: args.dtype || undefined,
       onProgress: (loaded, total, file, phase) => post(id, 'progress', { loaded, total, file, phase }),
     });
   },

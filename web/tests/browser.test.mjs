@@ -4,16 +4,20 @@
 // without and with the drafter, and asserts that the output ids equal those of the native
 // `domino generate --json` on the same model and prompt. It also checks the Cache API (a reload
 // fetches no weights again), the Bench button's domino-bench/1 report (merged with a native one by
-// `domino report`), and the message when WebGPU is unavailable. Artifacts (screenshot, reports) go
-// to target/web-test/.
+// `domino report`), and the message when WebGPU is unavailable. Then the page's defaults: the real
+// SmolLM2-135M-Instruct Q4_1 GGUF and the shipped Domino drafter from web/models/ (their sizes shown
+// before any download), loaded as the page's Load button does, with two prompts decoded plainly and
+// speculatively to the same ids as the native binary. Artifacts (screenshot, reports) go to
+// target/web-test/.
 //
-//   node web/tests/browser.test.mjs        (after bash web/build.sh; DOMINO_BIN = the domino binary)
+//   bash web/build.sh && bash web/fetch-models.sh
+//   node web/tests/browser.test.mjs        (DOMINO_BIN = the domino binary)
 //
 // Environment: DOMINO_BIN (default target/debug/domino), CHROMIUM (default /usr/bin/chromium),
 // DOMINO_WEB_TEST_OUT (default target/web-test).
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createReadStream, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, extname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,7 +33,13 @@ function fail(msg) {
   console.error(`browser test: FAILED: ${msg}`);
   process.exit(1);
 }
-for (const [what, path] of [['domino binary (DOMINO_BIN)', bin], ['Chromium (CHROMIUM)', chromium], ['web/pkg (run bash web/build.sh)', join(web, 'pkg/domino_web_bg.wasm')]]) {
+const REAL_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf';
+const REAL_DRAFT = 'smollm2-135m-instruct-domino';
+const webModels = join(web, 'models');
+for (const [what, path] of [
+  ['domino binary (DOMINO_BIN)', bin], ['Chromium (CHROMIUM)', chromium], ['web/pkg (run bash web/build.sh)', join(web, 'pkg/domino_web_bg.wasm')],
+  ['the default model (run bash web/fetch-models.sh)', join(webModels, REAL_GGUF)], ['the default drafter (run bash web/fetch-models.sh)', join(webModels, REAL_DRAFT, 'model.safetensors')],
+]) {
   if (!existsSync(path)) fail(`${what} not found at ${path}`);
 }
 let chromiumApi;
@@ -72,18 +82,50 @@ const ref = {
 assert.deepEqual(ref.domino.output_ids, ref.plain.output_ids, 'native domino vs plain');
 assert.deepEqual(ref.backbone.output_ids, ref.plain.output_ids, 'native backbone vs plain');
 
+// The real model, natively: two prompts (one in the chat template), plain and speculative with the
+// shipped drafter at a fixed draft length, so the page must verify the same blocks.
+const realGguf = join(webModels, REAL_GGUF);
+const realDraft = join(webModels, REAL_DRAFT);
+// SwiftShader decodes SmolLM2 at about 0.5-1 tok/s and verifies a speculative round in several
+// seconds (its drafter accepts little), so the speculative runs are shorter.
+const REAL_MAX = 24;
+const REAL_MAX_SPEC = 12;
+const REAL_DRAFT_LEN = 3;
+const REAL_PROMPTS = [
+  { name: 'chat', prompt: 'What is the capital of France?', chat: true },
+  { name: 'code', prompt: 'def fibonacci(n):', chat: false },
+];
+const realRef = {};
+for (const p of REAL_PROMPTS) {
+  const args = ['generate', '--model', realGguf, '--prompt', p.prompt, '--max-tokens', String(REAL_MAX), '--ignore-eos', '--json', ...(p.chat ? ['--chat'] : [])];
+  const spec = args.map((a, i) => (args[i - 1] === '--max-tokens' ? String(REAL_MAX_SPEC) : a));
+  realRef[p.name] = {
+    plain: JSON.parse(domino(...args)),
+    domino: JSON.parse(domino(...spec, '--draft', realDraft, '--draft-len', String(REAL_DRAFT_LEN))),
+  };
+  assert.deepEqual(realRef[p.name].domino.output_ids, realRef[p.name].plain.output_ids.slice(0, REAL_MAX_SPEC), `native ${p.name}: domino vs plain`);
+}
+
+// Weight bytes a decode step reads natively, kept quantized (auto) and dequantized (f16).
+const realPlan = {};
+for (const d of ['auto', 'f16']) realPlan[d] = JSON.parse(domino('plan', '--model', realGguf, '--dtype', d, '--json')).total_weight_bytes;
+
 // --- static server on 127.0.0.1 ------------------------------------------------------------------
+// /tiny/ serves the tiny random models, /models/ the page's own web/models/ (the defaults), the rest
+// web/. HEAD answers with the size only; GETs are counted per path.
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.css': 'text/css', '.wasm': 'application/wasm', '.json': 'application/json' };
 const hits = new Map();
+const heads = new Map();
 const server = createServer((req, res) => {
   const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
-  hits.set(path, (hits.get(path) || 0) + 1);
-  const file = path.startsWith('/models/') ? join(models, path.slice('/models/'.length)) : join(web, path === '/' ? 'index.html' : path);
+  (req.method === 'HEAD' ? heads : hits).set(path, ((req.method === 'HEAD' ? heads : hits).get(path) || 0) + 1);
+  const file = path.startsWith('/tiny/') ? join(models, path.slice('/tiny/'.length)) : join(web, path === '/' ? 'index.html' : path);
   if (!file.startsWith(models) && !file.startsWith(web)) { res.writeHead(403).end(); return; }
   if (!existsSync(file) || !statSync(file).isFile()) { res.writeHead(404).end('not found'); return; }
-  const body = readFileSync(file);
-  res.writeHead(200, { 'content-type': TYPES[extname(file)] || 'application/octet-stream', 'content-length': body.length });
-  res.end(body);
+  const size = statSync(file).size;
+  res.writeHead(200, { 'content-type': TYPES[extname(file)] || 'application/octet-stream', 'content-length': size });
+  if (req.method === 'HEAD') { res.end(); return; }
+  createReadStream(file).pipe(res);
 });
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const base = `http://127.0.0.1:${server.address().port}`;
@@ -112,25 +154,28 @@ try {
   };
 
   const open = async (model, draft) => {
-    await page.goto(`${base}/index.html?model=${encodeURIComponent(`/models/${model}`)}&draft=${encodeURIComponent(`/models/${draft}`)}`);
+    const query = model ? `?model=${encodeURIComponent(`/tiny/${model}`)}&draft=${encodeURIComponent(`/tiny/${draft}`)}` : '';
+    await page.goto(`${base}/index.html${query}`);
     await page.waitForSelector('#adapter[data-state=ready], #fatal:not([hidden])', { timeout: 60000 });
     const fatal = await page.locator('#fatal').isVisible();
     if (fatal) throw new Error(`WebGPU did not start: ${await page.locator('#fatal').textContent()}`);
   };
-  const load = async () => {
+  const load = async (timeout = 120000) => {
     await page.click('#load');
-    await page.waitForSelector('#load-status[data-state]', { timeout: 120000 });
+    await page.waitForSelector('#load-status[data-state]', { timeout });
     const st = await page.locator('#load-status').getAttribute('data-state');
     if (st !== 'loaded') throw new Error(`load failed: ${await page.locator('#error').textContent()}`);
   };
-  const generate = async (mode) => {
+  const generate = async (mode, { prompt = PROMPT, max = MAX, chat = false, draftLen = 4, timeout = 120000 } = {}) => {
     await page.check(`input[name=mode][value=${mode}]`);
-    await page.fill('#prompt', PROMPT);
-    await page.fill('#max-tokens', String(MAX));
+    await page.fill('#prompt', prompt);
+    await page.fill('#max-tokens', String(max));
+    if (await page.isEnabled('#chat')) await page.setChecked('#chat', chat);
+    else assert.equal(chat, false, 'chat asked for but the model has no chat template');
     await page.check('#ignore-eos');
-    await page.fill('#draft-len', '4');
+    await page.fill('#draft-len', String(draftLen));
     await page.click('#generate');
-    await page.waitForFunction(() => ['done', 'failed'].includes(document.getElementById('summary').dataset.state), null, { timeout: 120000 });
+    await page.waitForFunction(() => ['done', 'failed'].includes(document.getElementById('summary').dataset.state), null, { timeout });
     if ((await page.locator('#summary').getAttribute('data-state')) !== 'done') throw new Error(await page.locator('#error').textContent());
     return JSON.parse(await page.locator('#result-json').textContent());
   };
@@ -157,11 +202,11 @@ try {
   await page.screenshot({ path: join(out, 'page.png'), fullPage: true });
 
   await step('reload: files come from the Cache API, no second download', async () => {
-    const before = hits.get('/models/target/model.safetensors') || 0;
+    const before = hits.get('/tiny/target/model.safetensors') || 0;
     assert.ok(before >= 1, 'the first load fetched the weights');
     await open('target', 'draft');
     await load();
-    assert.equal(hits.get('/models/target/model.safetensors'), before, 'weights fetched again after a reload');
+    assert.equal(hits.get('/tiny/target/model.safetensors'), before, 'weights fetched again after a reload');
     const r = await generate('domino');
     assert.deepEqual(r.output_ids, ref.domino.output_ids);
   });
@@ -195,6 +240,77 @@ try {
     writeFileSync(join(out, 'report.md'), md);
   });
   await page.screenshot({ path: join(out, 'page-bench.png'), fullPage: true });
+
+  // --- the page's defaults: the real model (GGUF) and the shipped drafter ----------------------
+  const gguf = `/models/${REAL_GGUF}`;
+  await step('default page: model and drafter sizes shown before downloading (HEAD)', async () => {
+    await open();
+    assert.equal(await page.inputValue('#model-url'), `models/${REAL_GGUF}`);
+    assert.equal(await page.inputValue('#draft-url'), `models/${REAL_DRAFT}`);
+    await page.waitForSelector('#model-size[data-state=remote]', { timeout: 30000 });
+    await page.waitForSelector('#draft-size[data-state=remote]', { timeout: 30000 });
+    assert.equal(Number(await page.getAttribute('#model-size', 'data-bytes')), statSync(realGguf).size, 'model size');
+    const draftBytes = statSync(join(realDraft, 'config.json')).size + statSync(join(realDraft, 'model.safetensors')).size;
+    assert.equal(Number(await page.getAttribute('#draft-size', 'data-bytes')), draftBytes, 'drafter size');
+    assert.match(await page.locator('#model-size').textContent(), /98\.4 MB to download/);
+    assert.ok(heads.get(gguf) >= 1, 'a HEAD request for the GGUF file');
+    assert.equal(hits.get(gguf) || 0, 0, 'the GGUF file was downloaded before Load');
+    results.real_sizes = { model: await page.locator('#model-size').textContent(), drafter: await page.locator('#draft-size').textContent() };
+  });
+  await step('load SmolLM2-135M-Instruct Q4_1 GGUF + the shipped Domino drafter (page defaults)', async () => {
+    await load(600000);
+    const info = await page.evaluate(() => window.dominoLoaded);
+    assert.equal(info.format, 'gguf');
+    assert.equal(info.dtype, 'auto');
+    assert.equal(info.drafter_kind, 'domino');
+    assert.equal(info.block_size, 8);
+    assert.equal(info.has_tokenizer, true);
+    assert.equal(info.has_chat_template, true);
+    assert.equal(info.vocab_size, 49152);
+    // Kept quantized: the bytes a decode step reads are those of native `--dtype auto` (Q4_1 blocks,
+    // the Q8_0 embedding as the tied lm_head), under 40% of the same weights dequantized to f16.
+    assert.equal(info.weight_bytes_per_token, realPlan.auto, 'weight bytes per token = native domino plan --dtype auto');
+    assert.ok(info.weight_bytes_per_token < 0.4 * realPlan.f16, `weight bytes per token ${info.weight_bytes_per_token} vs f16 ${realPlan.f16}`);
+    // Streamed: the largest read from the Blob is one tensor (token_embd, Q8_0: 49152 x 576 / 32
+    // blocks of 34 bytes), never the file.
+    assert.ok(info.max_read_bytes > 0 && info.max_read_bytes <= 49152 * 576 / 32 * 34, `largest read ${info.max_read_bytes}`);
+    assert.equal(hits.get(gguf), 1, 'the GGUF file was downloaded once');
+    await page.waitForSelector('#model-size[data-state=cached]', { timeout: 30000 });
+    results.real_load = info;
+  });
+  for (const p of REAL_PROMPTS) {
+    for (const mode of ['plain', 'domino']) {
+      await step(`SmolLM2 ${p.name} prompt (${mode}) = native domino generate --json`, async () => {
+        const want = realRef[p.name][mode];
+        const r = await generate(mode, { prompt: p.prompt, max: mode === 'plain' ? REAL_MAX : REAL_MAX_SPEC, chat: p.chat, draftLen: REAL_DRAFT_LEN, timeout: 300000 });
+        assert.deepEqual(r.prompt_ids, want.prompt_ids, 'prompt ids');
+        assert.deepEqual(r.output_ids, want.output_ids, 'output ids');
+        assert.equal(r.text, want.text, 'text');
+        if (mode === 'domino') {
+          assert.deepEqual(r.stats.acceptance_lengths, want.stats.acceptance_lengths, 'acceptance lengths');
+          assert.deepEqual(r.stats.draft_lengths, want.stats.draft_lengths, 'draft lengths');
+        }
+        results[`real_${p.name}_${mode}`] = { text: r.text, output_ids: r.output_ids, stats: r.stats };
+      });
+    }
+  }
+  await page.screenshot({ path: join(out, 'page-smollm2.png'), fullPage: true });
+  await step('the same GGUF as a local File (file picker), no drafter: the native greedy prefix', async () => {
+    await open();
+    await page.fill('#draft-url', '');
+    await page.setInputFiles('#model-file', realGguf);
+    await page.waitForSelector('#model-size[data-state=local]', { timeout: 30000 });
+    const before = hits.get(gguf);
+    await load(600000);
+    const info = await page.evaluate(() => window.dominoLoaded);
+    assert.equal(info.model, REAL_GGUF);
+    assert.equal(info.format, 'gguf');
+    assert.equal(info.drafter, null);
+    assert.equal(hits.get(gguf), before, 'a local File is not fetched');
+    const code = REAL_PROMPTS.find((p) => p.name === 'code');
+    const r = await generate('plain', { prompt: code.prompt, max: 6, chat: false, timeout: 300000 });
+    assert.deepEqual(r.output_ids, realRef.code.plain.output_ids.slice(0, 6), 'output ids');
+  });
   await browser.close();
 
   await step('without WebGPU the page says so', async () => {

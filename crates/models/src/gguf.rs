@@ -1,5 +1,10 @@
 //! GGUF files (v2 and v3): header, metadata, tensor index and tensor data, memory-mapped natively.
 //!
+//! The parser reads through a `GgufSource`: a memory map or bytes in memory natively (`InMemory`),
+//! a Blob read range by range in the browser (crates/web). The header is read in chunks of
+//! `HEADER_CHUNK` bytes, and each tensor's bytes only when the tensor is asked for, so a source need
+//! never hold the whole file.
+//!
 //! Everything read from the file is bounds-checked, so a truncated or corrupt file is refused with
 //! an error naming the file and what was wrong, never a panic or a huge allocation. Tensor types:
 //! F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K; any other type (Q2_K, Q3_K, the
@@ -7,6 +12,7 @@
 
 use crate::error::{ModelError, Result};
 use domino_engine::{HostDType, QuantType};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -15,6 +21,32 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 /// Items in one metadata array: far above real vocabularies (Qwen3: 151k tokens, 151k merges), low
 /// enough that a hostile count cannot make the parser hold more than a few GB.
 const MAX_ARRAY_ITEMS: usize = 1 << 24;
+/// How much of the header the parser asks its source for at a time.
+pub const HEADER_CHUNK: usize = 1 << 20;
+
+/// Where a GGUF file's bytes come from. `read_at` is only called for ranges inside `len()`.
+pub trait GgufSource {
+    /// The file's length in bytes.
+    fn len(&self) -> u64;
+    /// The bytes `[offset, offset + len)`, borrowed (a map) or read (a Blob).
+    fn read_at(&self, offset: u64, len: usize) -> Result<Cow<'_, [u8]>>;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A file memory-mapped or already in memory.
+pub struct InMemory(pub Box<dyn AsRef<[u8]> + Send + Sync>);
+
+impl GgufSource for InMemory {
+    fn len(&self) -> u64 {
+        (*self.0).as_ref().len() as u64
+    }
+    fn read_at(&self, offset: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        let start = offset as usize;
+        Ok(Cow::Borrowed(&(*self.0).as_ref()[start..start + len]))
+    }
+}
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,7 +178,8 @@ fn ggml_type_name(t: u32) -> String {
     NAMES.get(t as usize).map(|n| n.to_string()).unwrap_or_else(|| format!("unknown type {t}"))
 }
 
-/// A parsed GGUF file: metadata and tensor index, with the bytes kept mapped (or in memory).
+/// A parsed GGUF file: metadata and tensor index, with its source (mapped, in memory or a Blob) kept
+/// for the tensor data.
 pub struct GgufFile {
     pub path: PathBuf,
     pub version: u32,
@@ -154,8 +187,8 @@ pub struct GgufFile {
     meta_index: HashMap<String, usize>,
     pub tensors: Vec<GgufTensorInfo>,
     tensor_index: HashMap<String, usize>,
-    data_start: usize,
-    bytes: Box<dyn AsRef<[u8]> + Send + Sync>,
+    data_start: u64,
+    source: Box<dyn GgufSource>,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -164,22 +197,34 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
-/// A bounds-checked little-endian reader over the header.
+/// A bounds-checked little-endian reader over the header, pulling `HEADER_CHUNK`-sized windows from
+/// the source as it goes.
 struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
+    src: &'a dyn GgufSource,
+    len: u64,
+    window: Cow<'a, [u8]>,
+    window_start: u64,
+    pos: u64,
     path: &'a Path,
 }
 
 impl<'a> Reader<'a> {
     fn corrupt(&self, what: &str) -> ModelError {
-        ModelError::Gguf { path: self.path.into(), message: format!("{what} at byte {} (file is {} bytes): truncated or corrupt", self.pos, self.bytes.len()) }
+        ModelError::Gguf { path: self.path.into(), message: format!("{what} at byte {} (file is {} bytes): truncated or corrupt", self.pos, self.len) }
     }
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or_else(|| self.corrupt(what))?;
-        let s = &self.bytes[self.pos..end];
+    fn take(&mut self, n: usize, what: &str) -> Result<&[u8]> {
+        let end = self.pos.checked_add(n as u64).filter(|&e| e <= self.len).ok_or_else(|| self.corrupt(what))?;
+        if end > self.window_start + self.window.len() as u64 || self.pos < self.window_start {
+            let want = (n.max(HEADER_CHUNK) as u64).min(self.len - self.pos) as usize;
+            self.window = self.src.read_at(self.pos, want)?;
+            self.window_start = self.pos;
+            if self.window.len() < n {
+                return Err(self.corrupt(&format!("{what}: short read")));
+            }
+        }
+        let off = (self.pos - self.window_start) as usize;
         self.pos = end;
-        Ok(s)
+        Ok(&self.window[off..off + n])
     }
     fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
         let s = self.take(N, what)?;
@@ -196,7 +241,7 @@ impl<'a> Reader<'a> {
     /// A count that must be plausible for the bytes left (each item takes at least `min_item` bytes).
     fn count(&mut self, what: &str, min_item: usize) -> Result<usize> {
         let n = self.u64(what)?;
-        let left = (self.bytes.len() - self.pos) as u64;
+        let left = self.len - self.pos;
         if n.saturating_mul(min_item as u64) > left {
             return Err(ModelError::Gguf { path: self.path.into(), message: format!("{what} {n} is larger than the file allows: truncated or corrupt") });
         }
@@ -204,8 +249,8 @@ impl<'a> Reader<'a> {
     }
     fn string(&mut self, what: &str) -> Result<String> {
         let n = self.count(what, 1)?;
-        let s = self.take(n, what)?;
-        String::from_utf8(s.to_vec()).map_err(|_| self.corrupt(&format!("{what}: invalid UTF-8")))
+        let s = self.take(n, what)?.to_vec();
+        String::from_utf8(s).map_err(|_| self.corrupt(&format!("{what}: invalid UTF-8")))
     }
     fn value(&mut self, ty: u32, key: &str, depth: usize) -> Result<GgufValue> {
         Ok(match ty {
@@ -246,17 +291,30 @@ impl GgufFile {
             _ => ModelError::Io { path: path.into(), source: e },
         })?;
         let bytes = crate::checkpoint::map_file(&file, path)?;
-        Self::parse(path, bytes)
+        Self::from_source(path, Box::new(InMemory(bytes)))
     }
 
     /// Parse GGUF bytes already in memory; `path` only labels errors.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self> {
-        Self::parse(path, Box::new(bytes))
+        Self::from_source(path, Box::new(InMemory(Box::new(bytes))))
     }
 
-    fn parse(path: &Path, bytes: Box<dyn AsRef<[u8]> + Send + Sync>) -> Result<Self> {
-        let all: &[u8] = (*bytes).as_ref();
-        let mut r = Reader { bytes: all, pos: 0, path };
+    /// Parse the header read through `source` (a few `HEADER_CHUNK` reads; no tensor data is read);
+    /// the source is kept for `tensor_data`. `path` names the file in errors.
+    pub fn from_source(path: &Path, source: Box<dyn GgufSource>) -> Result<Self> {
+        let (version, metadata, meta_index, tensors, tensor_index, header_end) = Self::parse_header(path, source.as_ref())?;
+        let len = source.len();
+        let mut file = Self { path: path.into(), version, metadata, meta_index, tensors, tensor_index, data_start: 0, source };
+        file.locate_data(header_end, len)?;
+        Ok(file)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn parse_header(
+        path: &Path,
+        src: &dyn GgufSource,
+    ) -> Result<(u32, Vec<(String, GgufValue)>, HashMap<String, usize>, Vec<GgufTensorInfo>, HashMap<String, usize>, u64)> {
+        let mut r = Reader { src, len: src.len(), window: Cow::Borrowed(&[]), window_start: 0, pos: 0, path };
         if r.take(4, "magic")? != MAGIC {
             return Err(ModelError::Gguf { path: path.into(), message: "not a GGUF file (the first 4 bytes are not 'GGUF')".into() });
         }
@@ -296,7 +354,14 @@ impl GgufFile {
             }
             tensors.push(GgufTensorInfo { name, dims, ggml_type, offset });
         }
-        let mut file = Self { path: path.into(), version, metadata, meta_index, tensors, tensor_index, data_start: 0, bytes: Box::new(Vec::<u8>::new()) };
+        Ok((version, metadata, meta_index, tensors, tensor_index, r.pos))
+    }
+
+    /// The data section's start (after the header, aligned), and every tensor's bytes inside the file.
+    fn locate_data(&mut self, header_end: u64, len: u64) -> Result<()> {
+        let path_buf = self.path.clone();
+        let path = path_buf.as_path();
+        let file = &mut *self;
         let alignment = match file.get("general.alignment") {
             None => DEFAULT_ALIGNMENT,
             Some(v) => v.as_u64().filter(|a| a.is_power_of_two()).ok_or_else(|| ModelError::Gguf {
@@ -304,10 +369,9 @@ impl GgufFile {
                 message: format!("general.alignment {v:?} is not a power of two"),
             })?,
         };
-        let data_start = (r.pos as u64).div_ceil(alignment) * alignment;
-        file.data_start = data_start as usize;
+        let data_start = header_end.div_ceil(alignment) * alignment;
+        file.data_start = data_start;
         // Every tensor must lie inside the file, aligned: a truncated download fails here, up front.
-        let len = all.len() as u64;
         for t in &file.tensors {
             let elements = t.checked_elements().ok_or_else(|| ModelError::Gguf {
                 path: path.into(),
@@ -343,8 +407,7 @@ impl GgufFile {
                 });
             }
         }
-        file.bytes = bytes;
-        Ok(file)
+        Ok(())
     }
 
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
@@ -411,12 +474,21 @@ impl GgufFile {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
-    /// A tensor's dtype and bytes; an unsupported type is an error naming it.
-    pub fn tensor_data(&self, name: &str) -> Result<Option<(HostDType, &[u8])>> {
+    /// A tensor's dtype and bytes (borrowed from a map, or read from the source just now); an
+    /// unsupported type is an error naming it.
+    pub fn tensor_data(&self, name: &str) -> Result<Option<(HostDType, Cow<'_, [u8]>)>> {
         let Some(t) = self.tensor_info(name) else { return Ok(None) };
         let dtype = t.dtype().map_err(|ty| ModelError::DType { name: name.into(), dtype: ty, path: self.path.clone() })?;
-        let start = self.data_start + t.offset as usize;
         let len = dtype.bytes_for(t.elements() as usize);
-        Ok(Some((dtype, &(*self.bytes).as_ref()[start..start + len])))
+        Ok(Some((dtype, self.source.read_at(self.data_start + t.offset, len)?)))
+    }
+
+    /// The file's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.source.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.source.is_empty()
     }
 }

@@ -152,8 +152,8 @@ impl WeightSource for GgufWeights {
         let Some(m) = self.map.get(name) else { return Ok(None) };
         let Some((dtype, bytes)) = self.file.tensor_data(&m.gguf)? else { return Ok(None) };
         let data = match m.unpermute_heads {
-            Some(heads) if m.shape.len() == 2 && m.shape[0] == heads * self.head_dim => Cow::Owned(unpermute_rows(bytes, m.shape[0], self.head_dim)),
-            _ => Cow::Borrowed(bytes),
+            Some(heads) if m.shape.len() == 2 && m.shape[0] == heads * self.head_dim => Cow::Owned(unpermute_rows(&bytes, m.shape[0], self.head_dim)),
+            _ => bytes,
         };
         Ok(Some(RawTensor { dtype, shape: &m.shape, data, file: &self.file.path }))
     }

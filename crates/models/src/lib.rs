@@ -24,4 +24,4 @@ pub use checkpoint::{Checkpoint, WeightSource};
 pub use config::Qwen3Config;
 pub use error::{ModelError, Result};
 pub use qwen3::{Forward, ForwardState, Qwen3Model};
-pub use source::{open_model, ModelFiles};
+pub use source::{gguf_model_files, open_model, ModelFiles};

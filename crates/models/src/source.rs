@@ -46,23 +46,30 @@ pub fn gguf_path(path: &Path) -> Result<Option<PathBuf>> {
     }
 }
 
+/// A parsed GGUF file as a model: config, tokenizer and chat template from its metadata, stop ids,
+/// and its tensors under Hugging Face names. Natively the file is mapped (`open_model`); the browser
+/// build passes a `GgufFile` read from a Blob (`GgufFile::from_source`), so both share this.
+pub fn gguf_model_files(g: GgufFile) -> Result<ModelFiles> {
+    let config = config_from_gguf(&g)?;
+    let tokenizer = if g.get("tokenizer.ggml.tokens").is_some() { Some(tokenizer_from_gguf(&g)?) } else { None };
+    let mut stop_ids = config.eos_token_ids.clone();
+    if let Some(eot) = g.opt_u64("tokenizer.ggml.eot_token_id")? {
+        stop_ids.push(eot as u32);
+    }
+    stop_ids.sort();
+    stop_ids.dedup();
+    let path = g.path.clone();
+    let weights = Box::new(GgufWeights::new(g, &config));
+    Ok(ModelFiles { config, weights, tokenizer, stop_ids, path })
+}
+
 /// Open a model folder or GGUF file (headers only: weights stay mapped until uploaded).
 pub fn open_model(path: &Path) -> Result<ModelFiles> {
     if !path.exists() {
         return Err(ModelError::Missing { path: path.into() });
     }
     if let Some(file) = gguf_path(path)? {
-        let g = GgufFile::open(&file)?;
-        let config = config_from_gguf(&g)?;
-        let tokenizer = if g.get("tokenizer.ggml.tokens").is_some() { Some(tokenizer_from_gguf(&g)?) } else { None };
-        let mut stop_ids = config.eos_token_ids.clone();
-        if let Some(eot) = g.opt_u64("tokenizer.ggml.eot_token_id")? {
-            stop_ids.push(eot as u32);
-        }
-        stop_ids.sort();
-        stop_ids.dedup();
-        let weights = Box::new(GgufWeights::new(g, &config));
-        return Ok(ModelFiles { config, weights, tokenizer, stop_ids, path: file });
+        return gguf_model_files(GgufFile::open(&file)?);
     }
     let config = Qwen3Config::from_file(&path.join("config.json"))?;
     let tokenizer = if path.join("tokenizer.json").exists() { Some(TextTokenizer::from_dir(path)?) } else { None };

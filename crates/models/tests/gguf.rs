@@ -7,13 +7,13 @@
 use domino_engine::step::read_f32;
 use domino_engine::testing::test_gpus;
 use domino_engine::{DTypeChoice, Gpu, HostDType, QuantType, Step, WeightFormat};
-use domino_models::gguf::{GgufFile, GgufValue};
+use domino_models::gguf::{GgufFile, GgufSource, GgufValue, HEADER_CHUNK};
 use domino_models::gguf_writer::{gguf_bytes, write_tiny_gguf, GgufTensor};
 use domino_models::qwen3::Forward;
 use domino_models::reference::ReferenceModel;
 use domino_models::testing::{write_tiny_model, TinySpec};
 use domino_models::tokenizer::ChatMessage;
-use domino_models::{open_model, Checkpoint, Qwen3Config, Qwen3Model};
+use domino_models::{gguf_model_files, open_model, Checkpoint, Qwen3Config, Qwen3Model};
 use pollster::block_on;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,6 +52,64 @@ fn gpu_logits(gpu: &Arc<Gpu>, model: &Qwen3Model, ids: &[u32]) -> Vec<f32> {
     model.record_forward(&mut step, &state, &Forward { pos0: 0, n_rows: ids.len() as u32, logits_from: 0, capture: None }).unwrap();
     step.submit().unwrap();
     block_on(read_f32(gpu, &state.logits, 0, ids.len() * model.config.vocab_size)).unwrap()
+}
+
+/// A GGUF file read range by range (as the browser reads a Blob), recording every read.
+struct RangedFile {
+    file: std::fs::File,
+    len: u64,
+    reads: std::rc::Rc<std::cell::RefCell<Vec<(u64, usize)>>>,
+}
+
+impl GgufSource for RangedFile {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_at(&self, offset: u64, len: usize) -> domino_models::Result<std::borrow::Cow<'_, [u8]>> {
+        use std::os::unix::fs::FileExt;
+        assert!(offset + len as u64 <= self.len, "read [{offset}, +{len}) past the end");
+        self.reads.borrow_mut().push((offset, len));
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, offset).unwrap();
+        Ok(std::borrow::Cow::Owned(buf))
+    }
+}
+
+#[test]
+fn smollm2_through_a_ranged_source_as_in_the_browser() {
+    let path = smollm2_path();
+    let mapped = open_model(&path).unwrap();
+    let reads = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let file = std::fs::File::open(&path).unwrap();
+    let len = file.metadata().unwrap().len();
+    let g = GgufFile::from_source(&path, Box::new(RangedFile { file, len, reads: reads.clone() })).unwrap();
+    // The header came in HEADER_CHUNK-sized reads, in order, and far from the whole file.
+    let header: Vec<(u64, usize)> = reads.borrow().clone();
+    assert!(header.iter().all(|&(_, n)| n <= HEADER_CHUNK), "{header:?}");
+    assert!(header.windows(2).all(|w| w[1].0 > w[0].0), "{header:?}");
+    let header_bytes: usize = header.iter().map(|r| r.1).sum();
+    assert!(header_bytes < 4 * HEADER_CHUNK && (header_bytes as u64) < len / 20, "{header_bytes} header bytes read");
+    assert_eq!(g.tensors.len(), 272);
+
+    // The same model as the memory-mapped file: config, tokenizer (with its chat template), stop ids.
+    let ranged = gguf_model_files(g).unwrap();
+    assert_eq!(format!("{:?}", ranged.config), format!("{:?}", mapped.config));
+    assert_eq!(ranged.stop_ids, mapped.stop_ids);
+    let (a, b) = (ranged.tokenizer.as_ref().unwrap(), mapped.tokenizer.as_ref().unwrap());
+    let text = "Hello, world! 0.5 + 12 = 12.5";
+    assert_eq!(a.encode(text).unwrap(), b.encode(text).unwrap());
+    let msgs = [ChatMessage { role: "user".into(), content: "Hi".into() }];
+    assert_eq!(a.apply_chat_template(&msgs, true, false).unwrap(), b.apply_chat_template(&msgs, true, false).unwrap());
+    // Each tensor is one read of exactly its bytes, equal to the mapped bytes (q un-permuted too).
+    for name in ["model.embed_tokens.weight", "model.layers.3.self_attn.q_proj.weight", "model.layers.29.mlp.down_proj.weight", "model.norm.weight"] {
+        reads.borrow_mut().clear();
+        let t = ranged.weights.tensor(name).unwrap().unwrap();
+        let m = mapped.weights.tensor(name).unwrap().unwrap();
+        assert_eq!((t.dtype, t.shape), (m.dtype, m.shape), "{name}");
+        assert!(t.data == m.data, "{name}: bytes differ");
+        assert_eq!(reads.borrow().len(), 1, "{name}");
+        assert_eq!(reads.borrow()[0].1, m.data.len(), "{name}");
+    }
 }
 
 #[test]

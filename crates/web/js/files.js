@@ -1,5 +1,5 @@
-// Model folders for the browser build: a base URL (fetched once, kept in the Cache API) or File
-// objects from a folder picker. Either way every file ends up as a Blob, which Chromium keeps out of
+// Models for the browser build: a folder (a base URL, or File objects from a folder picker) or one
+// GGUF file (a URL ending in .gguf, or a File). URLs are fetched once and kept in the Cache API. Either way every file ends up as a Blob, which Chromium keeps out of
 // the JS heap (on disk when large); the wasm side reads one tensor at a time from it with readSync,
 // so the weights are never held whole in wasm memory.
 
@@ -61,13 +61,44 @@ async function fetchToBlob(url, cache, onBytes) {
 
 // Open a model folder: returns { name, files: Map<fileName, Blob>, weights: [fileName...] }.
 // onProgress(loadedBytes, totalBytes, fileName) follows the download (cached files count at once).
+// A GGUF source opens as { name, files: Map{file: Blob}, weights: [file], gguf: file }.
 export async function openFolder(source, onProgress) {
   const progress = typeof onProgress === 'function' ? onProgress : () => {};
+  if (typeof Blob !== 'undefined' && source instanceof Blob) {
+    if (!isGguf(source.name || '')) throw new Error(`${source.name || 'the file'}: a single file must be a .gguf (or pass a folder's files)`);
+    return ggufFile(source, progress);
+  }
   if (Array.isArray(source) || (typeof FileList !== 'undefined' && source instanceof FileList)) {
     return fromFiles(Array.from(source), progress);
   }
-  if (typeof source === 'string') return fromUrl(source, progress);
-  throw new Error('model/draft: expected a base URL string or an array of File objects');
+  if (typeof source === 'string') return isGguf(source) ? fromGgufUrl(source, progress) : fromUrl(source, progress);
+  throw new Error('model/draft: expected a URL (a folder, or a .gguf file), a File of a .gguf, or an array of File objects');
+}
+
+// A .gguf name or URL (its path, without query or fragment).
+export function isGguf(nameOrUrl) {
+  let path = String(nameOrUrl);
+  try { path = new URL(path, 'http://x/').pathname; } catch (_) { /* a plain name */ }
+  return path.toLowerCase().endsWith('.gguf');
+}
+
+function baseName(url) {
+  let path = String(url);
+  try { path = new URL(path, 'http://x/').pathname; } catch (_) { /* keep */ }
+  return decodeURIComponent(path.split('/').filter(Boolean).pop() || path);
+}
+
+function ggufFile(file, progress) {
+  progress(file.size, file.size, file.name);
+  return { name: file.name, files: new Map([[file.name, file]]), weights: [file.name], gguf: file.name, local: true };
+}
+
+async function fromGgufUrl(url, progress) {
+  const cache = await openCache();
+  const name = baseName(url);
+  const blob = await fetchToBlob(url, cache, (loaded, total) => progress(loaded, total, name));
+  if (!blob) throw new Error(`${url}: not found (HTTP 404)`);
+  return { name, files: new Map([[name, blob]]), weights: [name], gguf: name, local: false };
 }
 
 function fromFiles(list, progress) {
@@ -79,6 +110,10 @@ function fromFiles(list, progress) {
     if (!folder && rel.includes('/')) folder = rel.split('/')[0];
     files.set(f.name, f);
   }
+  // A folder without config.json holding exactly one .gguf is that GGUF file (as natively).
+  const ggufs = [...files.keys()].filter(isGguf);
+  if (!files.has('config.json') && ggufs.length === 1) return ggufFile(files.get(ggufs[0]), progress);
+  if (!files.has('config.json') && ggufs.length > 1) throw new Error(`${folder || 'the chosen files'}: ${ggufs.length} .gguf files (${ggufs.join(', ')}); choose one`);
   if (!files.has('config.json')) throw new Error(`${folder || 'the chosen files'}: no config.json`);
   let weights;
   if (files.has(INDEX)) {

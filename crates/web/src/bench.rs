@@ -231,7 +231,7 @@ pub async fn run(gpu: &Gpu, loaded: &mut Loaded, opts: &JsValue) -> Result<Value
         "workload": {
             "model": loaded.model_name,
             "drafter": loaded.drafter_name,
-            "dtype": loaded.format.name(),
+            "dtype": loaded.dtype,
             "prompt_source": source,
             "prompt_tokens": prompts.iter().map(Vec::len).collect::<Vec<_>>(),
             "max_tokens": max_tokens,

@@ -27,7 +27,7 @@ mod source;
 
 pub use error::WebError;
 
-use domino_engine::{Gpu, WeightFormat};
+use domino_engine::{DTypeChoice, Gpu};
 use js::Options;
 use load::{Loaded, Progress};
 use std::cell::RefCell;
@@ -118,19 +118,19 @@ impl Domino {
         Ok(generate::to_js(&v)?)
     }
 
-    /// `load({ model, draft, onProgress, dtype })`: `model` and the optional `draft` are a base URL
-    /// of a model folder or an array of File objects; `onProgress(loadedBytes, totalBytes, fileName,
-    /// phase)` with phase "download" (fetching into the cache) or "upload" (tensors to the GPU).
+    /// `load({ model, draft, onProgress, dtype })`: `model` is a GGUF file (a URL ending in `.gguf`,
+    /// or a File), a base URL of a model folder, or an array of File objects; the optional `draft` is
+    /// a drafter folder (URL or File[]). `dtype`: auto (default: GGUF blocks stay quantized), f16,
+    /// f32, q8_0, q4_0, q4_1. `onProgress(loadedBytes, totalBytes, fileName, phase)` with phase
+    /// "download" (fetching into the cache) or "upload" (tensors to the GPU).
     pub fn load(&self, opts: JsValue) -> js_sys::Promise {
         exclusive(&self.state, move |state| async move {
             let o = Options::new(&opts, "load").map_err(WebError::Usage)?;
             let model = o.raw("model").ok_or_else(|| WebError::Usage("load: option 'model' (URL or File[]) is required".into()))?;
             let draft = o.raw("draft");
-            let format = match o.string("dtype").map_err(WebError::Usage)?.as_deref() {
-                None | Some("f16") => WeightFormat::F16,
-                Some("f32") => WeightFormat::F32,
-                Some(other) => return Err(WebError::Usage(format!("load: dtype '{other}': expected f16 or f32"))),
-            };
+            let dtype_name = o.string("dtype").map_err(WebError::Usage)?.unwrap_or_else(|| "auto".into());
+            let dtype = DTypeChoice::parse(&dtype_name)
+                .ok_or_else(|| WebError::Usage(format!("load: dtype '{dtype_name}': expected auto, f16, f32, q8_0, q4_0 or q4_1")))?;
             let progress = Progress::new(o.function("onProgress").map_err(WebError::Usage)?);
             let mut s = state.try_borrow_mut().map_err(|_| WebError::Busy)?;
             // Free the previous model's buffers before uploading the next one.
@@ -145,10 +145,13 @@ impl Domino {
                 }
                 watch_gpu_errors(&s.gpu, s.errors.clone());
             }
-            let loaded = load::load(s.gpu.clone(), &model, draft.as_ref(), format, &progress).await?;
+            let loaded = load::load(s.gpu.clone(), &model, draft.as_ref(), dtype, dtype_name, &progress).await?;
             s.check_gpu()?;
             let summary = serde_json::json!({
                 "model": loaded.model_name,
+                "format": loaded.model_format,
+                "dtype": loaded.dtype,
+                "max_read_bytes": loaded.max_read_bytes,
                 "drafter": loaded.drafter_name,
                 "drafter_kind": loaded.drafter.as_ref().map(|d| if d.head.is_some() { "domino" } else { "dflash" }),
                 "block_size": loaded.drafter.as_ref().map(|_| loaded.drafter_block_size),

@@ -1,17 +1,21 @@
-//! Loading a model folder (base URL or File objects) into GPU buffers: small files are read whole,
-//! weights stream tensor by tensor through `BlobCheckpoint`.
+//! Loading a model (a folder by base URL or File objects, or one GGUF file by URL or File) into GPU
+//! buffers: small files are read whole, weights stream tensor by tensor (`BlobCheckpoint` for
+//! safetensors, `BlobSource` under the native GGUF reader for GGUF).
 
 use crate::error::WebError;
 use crate::js;
-use crate::source::BlobCheckpoint;
-use domino_engine::{Gpu, WeightFormat};
+use crate::source::{BlobCheckpoint, BlobSource};
+use domino_engine::{DTypeChoice, Gpu, WeightFormat};
 use domino_models::config::parse_token_ids;
 use domino_models::drafter::DrafterConfig;
 use domino_models::drafter_gpu::DrafterModel;
+use domino_models::gguf::GgufFile;
 use domino_models::tokenizer::TextTokenizer;
-use domino_models::{ModelError, Qwen3Config, Qwen3Model};
+use domino_models::{gguf_model_files, ModelError, Qwen3Config, Qwen3Model};
 use js_sys::{Function, Reflect};
+use std::cell::Cell;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 use wasm_bindgen::JsValue;
 
@@ -25,7 +29,21 @@ pub struct Loaded {
     pub drafter_block_size: usize,
     pub model_name: String,
     pub drafter_name: Option<String>,
-    pub format: WeightFormat,
+    /// The `dtype` option as given ("auto" by default), as `--dtype` in the bench report.
+    pub dtype: String,
+    /// "gguf" or "safetensors".
+    pub model_format: &'static str,
+    /// The largest single read from a GGUF Blob (a header chunk or one tensor); 0 for safetensors.
+    pub max_read_bytes: u64,
+}
+
+/// The drafter's weights are float checkpoints: f32 when asked for, f16 otherwise (as the CLI).
+fn drafter_format(dtype: DTypeChoice) -> WeightFormat {
+    if dtype == DTypeChoice::Format(WeightFormat::F32) {
+        WeightFormat::F32
+    } else {
+        WeightFormat::F16
+    }
 }
 
 /// Calls onProgress(loaded, total, fileName, phase) where phase is "download" or "upload".
@@ -37,7 +55,7 @@ impl Progress {
         Self(f)
     }
 
-    fn call(&self, loaded: u64, total: u64, file: &str, phase: &str) {
+    pub fn call(&self, loaded: u64, total: u64, file: &str, phase: &str) {
         if let Some(f) = &self.0 {
             let args = js_sys::Array::of4(&(loaded as f64).into(), &(total as f64).into(), &file.into(), &phase.into());
             // A throwing progress callback must not abort the load.
@@ -59,13 +77,16 @@ impl Progress {
 struct Folder {
     js: JsValue,
     name: String,
+    /// The GGUF file's name when the source was one `.gguf` (URL or File) rather than a folder.
+    gguf: Option<String>,
 }
 
 impl Folder {
     async fn open(source: &JsValue, progress: &Progress) -> Result<Self, WebError> {
         let js = js::wait(js::open_folder(source, &progress.download_callback())).await.map_err(WebError::Files)?;
         let name = Reflect::get(&js, &"name".into()).ok().and_then(|v| v.as_string()).unwrap_or_else(|| "model".into());
-        Ok(Self { js, name })
+        let gguf = Reflect::get(&js, &"gguf".into()).ok().and_then(|v| v.as_string());
+        Ok(Self { js, name, gguf })
     }
 
     async fn bytes(&self, file: &str) -> Result<Option<Vec<u8>>, WebError> {
@@ -103,8 +124,55 @@ fn checkpoint(files: Vec<(String, JsValue, u64)>, progress: &Progress) -> Result
     Ok(BlobCheckpoint::open(files, Box::new(move |done, total, file| p.call(done, total, file, "upload")))?)
 }
 
-pub async fn load(gpu: Arc<Gpu>, model: &JsValue, draft: Option<&JsValue>, format: WeightFormat, progress: &Progress) -> Result<Loaded, WebError> {
+pub async fn load(gpu: Arc<Gpu>, model: &JsValue, draft: Option<&JsValue>, dtype: DTypeChoice, dtype_name: String, progress: &Progress) -> Result<Loaded, WebError> {
     let folder = Folder::open(model, progress).await?;
+    let (model, tokenizer, stop_ids, model_format, max_read_bytes) = match &folder.gguf {
+        Some(file) => {
+            let (model, tokenizer, stop_ids, max_read) = load_gguf(gpu, &folder, file, dtype, progress)?;
+            (model, tokenizer, stop_ids, "gguf", max_read)
+        }
+        None => {
+            let (model, tokenizer, stop_ids) = load_folder(gpu, &folder, dtype, progress).await?;
+            (model, tokenizer, stop_ids, "safetensors", 0)
+        }
+    };
+
+    let (drafter, drafter_name, drafter_block_size) = match draft {
+        None => (None, None, 0),
+        Some(source) => {
+            let dfolder = Folder::open(source, progress).await?;
+            if dfolder.gguf.is_some() {
+                return Err(WebError::Usage(format!("{}: a drafter is a DFlash / Domino folder (config.json + model.safetensors), not a GGUF file", dfolder.name)));
+            }
+            let dconfig = DrafterConfig::from_json(&dfolder.required("config.json").await?, &dfolder.path("config.json"))?;
+            let block = dconfig.block_size;
+            let dckpt = checkpoint(dfolder.weights().await?, progress)?;
+            let d = DrafterModel::load(dconfig, &dckpt, &model, drafter_format(dtype))?;
+            (Some(d), Some(dfolder.name.clone()), block)
+        }
+    };
+    Ok(Loaded { model, tokenizer, stop_ids, drafter, drafter_block_size, model_name: folder.name, drafter_name, dtype: dtype_name, model_format, max_read_bytes })
+}
+
+/// A GGUF file through the native reader (`GgufFile::from_source` over the Blob, then
+/// `gguf_model_files`: config, tokenizer and chat template from the metadata), its tensors uploaded
+/// one at a time as stored (`dtype` auto keeps quantized blocks quantized).
+fn load_gguf(gpu: Arc<Gpu>, folder: &Folder, file: &str, dtype: DTypeChoice, progress: &Progress) -> Result<(Qwen3Model, Option<TextTokenizer>, Vec<u32>, u64), WebError> {
+    let blob = js::file_blob(&folder.js, file);
+    if blob.is_undefined() {
+        return Err(ModelError::Missing { path: file.into() }.into());
+    }
+    let size = Reflect::get(&blob, &"size".into()).ok().and_then(|s| s.as_f64()).unwrap_or(0.0) as u64;
+    let max_read = Rc::new(Cell::new(0));
+    let g = GgufFile::from_source(Path::new(file), Box::new(BlobSource::new(file, blob, size, max_read.clone())))?;
+    let files = gguf_model_files(g)?;
+    let p = progress.clone();
+    let model = Qwen3Model::load_with(gpu, files.config, files.weights.as_ref(), dtype, &mut |done, total, _| p.call(done, total, file, "upload"))?;
+    Ok((model, files.tokenizer, files.stop_ids, max_read.get()))
+}
+
+/// A Hugging Face folder: config.json, the tokenizer files, safetensors streamed by `BlobCheckpoint`.
+async fn load_folder(gpu: Arc<Gpu>, folder: &Folder, dtype: DTypeChoice, progress: &Progress) -> Result<(Qwen3Model, Option<TextTokenizer>, Vec<u32>), WebError> {
     let config = Qwen3Config::from_json(&folder.required("config.json").await?, &folder.path("config.json"))?;
     let tokenizer = match folder.bytes("tokenizer.json").await? {
         Some(json) => Some(TextTokenizer::from_parts(&json, folder.bytes("tokenizer_config.json").await?.as_deref())?),
@@ -122,19 +190,6 @@ pub async fn load(gpu: Arc<Gpu>, model: &JsValue, draft: Option<&JsValue>, forma
     stop_ids.sort();
     stop_ids.dedup();
     let ckpt = checkpoint(folder.weights().await?, progress)?;
-    let model = Qwen3Model::load(gpu, config, &ckpt, format, &mut |_, _, _| {})?;
-    drop(ckpt);
-
-    let (drafter, drafter_name, drafter_block_size) = match draft {
-        None => (None, None, 0),
-        Some(source) => {
-            let dfolder = Folder::open(source, progress).await?;
-            let dconfig = DrafterConfig::from_json(&dfolder.required("config.json").await?, &dfolder.path("config.json"))?;
-            let block = dconfig.block_size;
-            let dckpt = checkpoint(dfolder.weights().await?, progress)?;
-            let d = DrafterModel::load(dconfig, &dckpt, &model, format)?;
-            (Some(d), Some(dfolder.name.clone()), block)
-        }
-    };
-    Ok(Loaded { model, tokenizer, stop_ids, drafter, drafter_block_size, model_name: folder.name, drafter_name, format })
+    let model = Qwen3Model::load_with(gpu, config, &ckpt, dtype, &mut |_, _, _| {})?;
+    Ok((model, tokenizer, stop_ids))
 }

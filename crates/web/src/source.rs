@@ -1,4 +1,5 @@
-//! A streaming safetensors source over Blobs: only the headers are read up front; each tensor's
+//! Streaming weight sources over Blobs: safetensors (`BlobCheckpoint`) and GGUF (`BlobSource`, read
+//! by the native GGUF parser). For safetensors only the headers are read up front; each tensor's
 //! bytes are read (synchronously, in the worker) when the loader asks for that tensor, converted and
 //! uploaded by the loader, and dropped before the next one. So wasm memory holds at most one tensor,
 //! never a second copy of the checkpoint.
@@ -160,5 +161,40 @@ impl WeightSource for BlobCheckpoint {
 
     fn describe(&self) -> String {
         self.description.clone()
+    }
+}
+
+/// A GGUF file as a Blob for `GgufFile::from_source`: the header parser reads it in
+/// `HEADER_CHUNK`-sized ranges, the loader one tensor's range at a time. Nothing keeps the bytes
+/// after a read, so wasm memory never holds more than one tensor (or one header chunk).
+pub struct BlobSource {
+    path: PathBuf,
+    blob: JsValue,
+    size: u64,
+    /// The largest single read so far (the browser test checks it stays one tensor's size).
+    max_read: std::rc::Rc<Cell<u64>>,
+}
+
+impl BlobSource {
+    pub fn new(name: &str, blob: JsValue, size: u64, max_read: std::rc::Rc<Cell<u64>>) -> Self {
+        Self { path: PathBuf::from(name), blob, size, max_read }
+    }
+}
+
+impl domino_models::gguf::GgufSource for BlobSource {
+    fn len(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, offset: u64, len: usize) -> domino_models::Result<Cow<'_, [u8]>> {
+        let data = read(&self.blob, &self.path, offset, offset + len as u64)?;
+        if data.len() != len {
+            return Err(ModelError::Gguf {
+                path: self.path.clone(),
+                message: format!("read {} of {len} bytes at offset {offset}: the file changed or is truncated", data.len()),
+            });
+        }
+        self.max_read.set(self.max_read.get().max(len as u64));
+        Ok(Cow::Owned(data))
     }
 }
