@@ -53,6 +53,10 @@ struct DataArgs {
     /// Prompts per shard (the unit of resuming).
     #[arg(long, default_value_t = 32)]
     shard_size: usize,
+    /// Prompts decoded at once through the continuous batcher (one submission per step for all of
+    /// them; the same tokens and features as --batch 1, which decodes one prompt at a time).
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
     #[arg(long, default_value = "f32")]
     dtype: String,
     #[arg(long, default_value = "auto")]
@@ -201,6 +205,7 @@ fn data(a: DataArgs) -> Result<(), CliError> {
         target_layer_ids: ids.clone(),
         stop_ids: loaded.stop_ids.clone(),
         ignore_eos: a.ignore_eos,
+        batch: a.batch,
     };
     let pb = bar(prompts.len() as u64, "{msg:>10} [{bar:40}] {pos}/{len} prompts ({elapsed}, eta {eta})");
     pb.set_message("distilling");
