@@ -73,13 +73,8 @@ pub struct BenchArgs {
     pub context: Option<u64>,
 }
 
-/// The built-in prompt set (tokenized with the model's tokenizer).
-pub const DEFAULT_PROMPTS: [&str; 4] = [
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "Explain in two sentences why the sky is blue.",
-    "Write a haiku about a GPU running out of memory.",
-    "The capital of France is",
-];
+/// The built-in prompt set (tokenized with the model's tokenizer), shared with the browser's Bench.
+pub use domino_runtime::bench::DEFAULT_PROMPTS;
 
 /// Read a jsonl prompt file: one `{"prompt": "..."}` object per non-blank line.
 pub fn read_prompt_file(path: &Path) -> Result<Vec<String>, CliError> {

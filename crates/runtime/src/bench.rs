@@ -52,6 +52,14 @@ pub struct ModeReport {
     pub peak_gpu_memory_estimated: bool,
 }
 
+/// The built-in prompt set of `domino bench` and the browser's Bench (tokenized by the caller).
+pub const DEFAULT_PROMPTS: [&str; 4] = [
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Explain in two sentences why the sky is blue.",
+    "Write a haiku about a GPU running out of memory.",
+    "The capital of France is",
+];
+
 /// What to measure (the model and drafter are given to `measure` beside it).
 #[derive(Debug, Clone)]
 pub struct BenchPlan {

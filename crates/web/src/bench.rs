@@ -8,18 +8,10 @@ use crate::error::WebError;
 use crate::js::Options;
 use crate::load::Loaded;
 use domino_engine::Gpu;
-use domino_runtime::bench::{self, BenchPlan, BenchProgress};
+use domino_runtime::bench::{self, BenchPlan, BenchProgress, DEFAULT_PROMPTS};
 use domino_runtime::{DraftLen, RoundCosts};
 use serde_json::{json, Value};
 use wasm_bindgen::JsValue;
-
-/// Same built-in prompts as `domino bench` (crates/cli/src/bench.rs DEFAULT_PROMPTS).
-const DEFAULT_PROMPTS: [&str; 4] = [
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "Explain in two sentences why the sky is blue.",
-    "Write a haiku about a GPU running out of memory.",
-    "The capital of France is",
-];
 
 fn vendor_name(gpu: &Gpu) -> String {
     // wgpu reports no PCI vendor id on the WebGPU backend; the browser's vendor string stands in.
