@@ -267,11 +267,11 @@ impl<'m> Batcher<'m> {
         let t = now();
         for s in segments {
             let slot = s.seg.slot;
+            // This segment's captured rows (taken first, so later segments stay aligned).
+            let features: Vec<f32> = rows.as_mut().map(|r| r.by_ref().take(s.seg.n_rows as usize * width).collect()).unwrap_or_default();
             // Every planned slot is active: nothing frees a slot between plan() and here.
             let Some(a) = self.slots[slot].as_mut() else { continue };
-            if let Some(rows) = rows.as_mut() {
-                a.features.extend(rows.by_ref().take(s.seg.n_rows as usize * width));
-            }
+            a.features.extend(features);
             if s.prefill {
                 a.prefilled += s.seg.n_rows as usize;
             }
