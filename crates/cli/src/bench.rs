@@ -3,14 +3,13 @@
 //! adapter's copy bandwidth measured in the same run, and a `domino-bench/1` report.
 
 use crate::load::{check_memory, context_for, drafter_format, limits_from_env, parse_dtype, upload_model};
-use crate::report::{self, AdapterFacts, AdapterReport, BenchReport, ModeReport, Workload};
+use crate::report::{self, AdapterFacts, AdapterReport, BenchReport, Workload};
 use crate::{model_dir, CliError};
 use clap::Args;
 use domino_engine::{list_adapters, BackendChoice, DTypeChoice, Gpu, GpuOptions};
-use domino_models::drafter_gpu::DrafterModel;
 use domino_models::tokenizer::TextTokenizer;
-use domino_models::{Qwen3Config, Qwen3Model};
-use domino_runtime::{clock::now, GenerateOptions, Session};
+use domino_models::Qwen3Config;
+use domino_runtime::bench::{self, BenchPlan, BenchProgress};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,30 +73,8 @@ pub struct BenchArgs {
     pub context: Option<u64>,
 }
 
-/// The built-in prompt set (tokenized with the model's tokenizer).
-pub const DEFAULT_PROMPTS: [&str; 4] = [
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "Explain in two sentences why the sky is blue.",
-    "Write a haiku about a GPU running out of memory.",
-    "The capital of France is",
-];
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    if v.is_empty() {
-        0.0
-    } else {
-        v[v.len() / 2]
-    }
-}
-
-fn min_max(v: &[f64]) -> (f64, f64) {
-    if v.is_empty() {
-        return (0.0, 0.0);
-    }
-    (v.iter().cloned().fold(f64::INFINITY, f64::min), v.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
-}
+/// The built-in prompt set (tokenized with the model's tokenizer), shared with the browser's Bench.
+pub use domino_runtime::bench::DEFAULT_PROMPTS;
 
 /// Read a jsonl prompt file: one `{"prompt": "..."}` object per non-blank line.
 pub fn read_prompt_file(path: &Path) -> Result<Vec<String>, CliError> {
@@ -154,64 +131,6 @@ fn prompt_set(args: &BenchArgs, config: &Qwen3Config, tokenizer: Option<TextToke
     Ok((source, prompts))
 }
 
-fn matrices_bytes(layers: &[domino_models::qwen3::LayerWeights]) -> u64 {
-    layers.iter().map(domino_models::qwen3::LayerWeights::matrix_bytes).sum()
-}
-
-/// Target weights (every matrix, the embedding once) + its KV cache: 2 · layers · capacity · kv_width · 4.
-fn target_memory(model: &Qwen3Model, capacity: usize) -> u64 {
-    let c = &model.config;
-    let embed = if c.tie_word_embeddings { 0 } else { model.embed.bytes() };
-    model.decode_weight_bytes() + embed + 2 * (c.num_layers * capacity * c.kv_width() * 4) as u64
-}
-
-fn drafter_memory(d: &DrafterModel) -> u64 {
-    let head = d.head.as_ref().map(|h| h.w_ih.bytes() + h.w_hh.bytes() + h.w1_y.bytes() + h.w1_s.bytes() + h.w2.bytes()).unwrap_or(0);
-    d.fc.bytes() + matrices_bytes(&d.layers) + head
-}
-
-struct Measured {
-    prefill: Vec<f64>,
-    decode: Vec<f64>,
-    ttft: Vec<f64>,
-    acceptance: Vec<usize>,
-    draft_lengths: Vec<usize>,
-    draft: f64,
-    verify: f64,
-    head: f64,
-    memory: u64,
-}
-
-fn mode_report(name: &str, m: &Measured, plain_tps: Option<f64>, weight_bytes: u64, copy: f64) -> ModeReport {
-    let tps = median(&m.decode);
-    let (lo, hi) = min_max(&m.decode);
-    let weight_bw = weight_bytes as f64 * tps;
-    let mean_acceptance =
-        if m.acceptance.is_empty() { 1.0 } else { m.acceptance.iter().sum::<usize>() as f64 / m.acceptance.len() as f64 };
-    let round = m.draft + m.verify;
-    ModeReport {
-        mode: name.to_string(),
-        prefill_tokens_per_s: median(&m.prefill),
-        decode_tokens_per_s: tps,
-        decode_tokens_per_s_min: lo,
-        decode_tokens_per_s_max: hi,
-        decode_tokens_per_s_all: m.decode.clone(),
-        time_to_first_token_s: median(&m.ttft),
-        speedup_over_plain: plain_tps.map(|p| tps / p.max(1e-12)).unwrap_or(1.0),
-        mean_acceptance,
-        mean_draft_length: if m.draft_lengths.is_empty() { 0.0 } else { m.draft_lengths.iter().sum::<usize>() as f64 / m.draft_lengths.len() as f64 },
-        draft_seconds: m.draft,
-        verify_seconds: m.verify,
-        head_seconds: m.head,
-        head_share: if round > 0.0 { m.head / round } else { 0.0 },
-        decode_weight_bandwidth_gb_s: weight_bw / 1e9,
-        roofline_ratio: weight_bw / copy.max(1e-12),
-        read_roofline_ratio: weight_bw / (copy / 2.0).max(1e-12),
-        peak_gpu_memory_bytes: m.memory,
-        peak_gpu_memory_estimated: true,
-    }
-}
-
 fn bench_adapter(
     gpu: Arc<Gpu>,
     dir: &Path,
@@ -229,93 +148,43 @@ fn bench_adapter(
     check_memory(&gpu, &files, format, args.draft.as_deref(), requested.unwrap_or(max_prompt + args.max_tokens))?;
     let loaded = upload_model(gpu.clone(), files, format, true)?;
     let model = &loaded.model;
-    let opts = GenerateOptions { max_tokens: args.max_tokens, ignore_eos: true, ..Default::default() };
-
-    // Plain decoding: one warm-up run (pipelines, caches), then --runs runs per prompt.
-    bar.set_message(format!("{label}: plain"));
-    let mut session = Session::new(model, capacity)?;
-    let mut plain = Measured { prefill: vec![], decode: vec![], ttft: vec![], acceptance: vec![], draft_lengths: vec![], draft: 0.0, verify: 0.0, head: 0.0, memory: target_memory(model, capacity) };
-    pollster::block_on(session.generate(&prompts[0], &opts, &mut |_| true))?;
-    bar.inc(1);
-    for p in prompts {
-        for _ in 1..=args.runs {
-            let g = pollster::block_on(session.generate(p, &opts, &mut |_| true))?;
-            plain.prefill.push(g.stats.prefill_tokens_per_s);
-            plain.decode.push(g.stats.decode_tokens_per_s);
-            plain.ttft.push(g.stats.time_to_first_token_s);
-            bar.inc(1);
+    let drafter = match &args.draft {
+        Some(draft) => {
+            bar.set_message(format!("{label}: loading drafter"));
+            Some(crate::load::load_drafter(model, draft, args.block_size, drafter_format(format))?)
         }
-    }
-    drop(session);
-    let mut measured = vec![("plain".to_string(), plain)];
-
-    if let Some(draft) = &args.draft {
-        bar.set_message(format!("{label}: loading drafter"));
-        let drafter = crate::load::load_drafter(model, draft, args.block_size, drafter_format(format))?;
-        let mut modes = vec![("backbone (--no-head)", false)];
-        if drafter.head.is_some() {
-            modes.push(("domino", true));
-        } else {
-            modes[0].0 = "dflash";
-        }
-        let spec_capacity = requested.unwrap_or(max_prompt + args.max_tokens);
-        let memory = target_memory(model, spec_capacity) + drafter_memory(&drafter);
-        let mut spec = domino_runtime::SpeculativeSession::new(model, &drafter, spec_capacity)?;
-        for (name, use_head) in modes {
-            bar.set_message(format!("{label}: {name}"));
-            let mut m = Measured { prefill: vec![], decode: vec![], ttft: vec![], acceptance: vec![], draft_lengths: vec![], draft: 0.0, verify: 0.0, head: 0.0, memory };
-            // Run 0 warms up; runs 1..=R per prompt measure throughput without timing syncs; one more
-            // run per prompt measures the draft / verify / head split (its syncs would slow the
-            // throughput runs).
-            let costs = match args.draft_len {
-                domino_runtime::DraftLen::Auto => {
-                    let key = crate::calibration::CalibrationKey::new(&gpu, dir, Path::new(draft), drafter.config.block_size, use_head, &args.dtype);
-                    Some(crate::calibration::round_costs(&mut spec, &key, true)?)
-                }
-                domino_runtime::DraftLen::Fixed(_) => None,
-            };
-            let so = domino_runtime::SpeculativeOptions { use_head, timing: false, draft_len: args.draft_len, costs: costs.clone() };
-            pollster::block_on(spec.generate(&prompts[0], &opts, &so, &mut |_| true))?;
-            bar.inc(1);
-            let split_prompts = args.split_prompts.unwrap_or(prompts.len());
-            for (i, p) in prompts.iter().enumerate() {
-                let runs = args.runs + usize::from(i < split_prompts);
-                for run in 1..=runs {
-                    let timing = run == args.runs + 1;
-                    let so = domino_runtime::SpeculativeOptions { use_head, timing, draft_len: args.draft_len, costs: costs.clone() };
-                    let (g, st) = pollster::block_on(spec.generate(p, &opts, &so, &mut |_| true))?;
-                    if timing {
-                        m.draft += st.draft_seconds;
-                        m.verify += st.verify_seconds;
-                        m.head += st.head_seconds;
-                    } else {
-                        // Greedy rounds are deterministic: the timing run would count them twice.
-                        m.acceptance.extend(&st.acceptance_lengths);
-                        m.draft_lengths.extend(&st.draft_lengths);
-                        m.prefill.push(g.stats.prefill_tokens_per_s);
-                        m.decode.push(g.stats.decode_tokens_per_s);
-                        m.ttft.push(g.stats.time_to_first_token_s);
-                    }
-                    bar.inc(1);
-                }
-            }
-            measured.push((name.to_string(), m));
-        }
-    }
-
-    bar.set_message(format!("{label}: copy bandwidth"));
-    let copy_bytes = (256u64 << 20).min(gpu.caps.max_storage_binding);
-    let copy = pollster::block_on(domino_engine::bandwidth::copy_bandwidth(&gpu, copy_bytes, 5, &now))?;
-    bar.inc(1);
-    let weight_bytes = model.decode_weight_bytes();
-    let plain_tps = median(&measured[0].1.decode);
-    let modes = measured
-        .iter()
-        .enumerate()
-        .map(|(i, (name, m))| mode_report(name, m, if i == 0 { None } else { Some(plain_tps) }, weight_bytes, copy))
-        .collect();
+        None => None,
+    };
+    let plan = BenchPlan {
+        prompts: prompts.to_vec(),
+        max_tokens: args.max_tokens,
+        runs: args.runs,
+        capacity,
+        spec_capacity: requested.unwrap_or(max_prompt + args.max_tokens),
+        split_prompts: args.split_prompts,
+        draft_len: args.draft_len,
+        copy_bytes: 256u64 << 20,
+    };
+    // --draft-len auto: round costs calibrated once per (model, drafter, adapter, ...) and cached on disk.
+    let block_size = drafter.as_ref().map_or(0, |d| d.config.block_size);
+    let mut round_costs = |spec: &mut domino_runtime::SpeculativeSession<'_>, use_head: bool| -> Result<_, CliError> {
+        let draft = args.draft.as_deref().unwrap_or_default();
+        let key = crate::calibration::CalibrationKey::new(&gpu, dir, Path::new(draft), block_size, use_head, &args.dtype);
+        Ok(Some(crate::calibration::round_costs(spec, &key, true)?))
+    };
+    let mut progress = |p: BenchProgress| match p {
+        BenchProgress::Mode(name) => bar.set_message(format!("{label}: {name}")),
+        BenchProgress::Done(_) => bar.inc(1),
+    };
+    let result = pollster::block_on(bench::measure(&gpu, model, drafter.as_ref(), &plan, &mut round_costs, &mut progress))?;
     let kernels = if gpu.caps.gpu_kernels { "gpu" } else { "cpu" }.to_string();
-    Ok(AdapterReport { adapter: AdapterFacts::from(&gpu.info), kernels, copy_bandwidth_gb_s: copy / 1e9, decode_weight_bytes_per_token: weight_bytes, modes })
+    Ok(AdapterReport {
+        adapter: AdapterFacts::from(&gpu.info),
+        kernels,
+        copy_bandwidth_gb_s: result.copy_bandwidth / 1e9,
+        decode_weight_bytes_per_token: result.decode_weight_bytes_per_token,
+        modes: result.modes,
+    })
 }
 
 fn print_adapter(a: &AdapterReport, w: &Workload) {

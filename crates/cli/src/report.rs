@@ -1,8 +1,9 @@
 //! The benchmark report (`"schema": "domino-bench/1"`), written by `domino bench --json` and merged by
 //! `domino report` into a Markdown table and a self-contained HTML page with hand-written SVG charts.
 //!
-//! This module depends only on serde, serde_json and domino-engine's `AdapterSummary`, so the tests
-//! include it directly (`#[path]`) and check the schema round trip on the real structs. A browser
+//! This module depends only on serde, serde_json, domino-engine's `AdapterSummary` and
+//! domino-runtime's `ModeReport` (the shared measurement's per-mode figures), so the tests include it
+//! directly (`#[path]`) and check the schema round trip on the real structs. A browser
 //! build must produce the same JSON (with `"runner": "browser"`) for its reports to merge here.
 
 use serde::{Deserialize, Serialize};
@@ -126,42 +127,8 @@ pub struct AdapterReport {
     pub modes: Vec<ModeReport>,
 }
 
-/// One decoding mode on one adapter. Tokens/s figures are medians over every (prompt, run) pair.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModeReport {
-    pub mode: String,
-    pub prefill_tokens_per_s: f64,
-    pub decode_tokens_per_s: f64,
-    pub decode_tokens_per_s_min: f64,
-    pub decode_tokens_per_s_max: f64,
-    /// Every timed run's decode tokens/s, prompt by prompt.
-    pub decode_tokens_per_s_all: Vec<f64>,
-    /// Median time from the start of a run to the first generated token.
-    pub time_to_first_token_s: f64,
-    /// decode_tokens_per_s / the plain mode's decode_tokens_per_s on the same adapter, same run.
-    pub speedup_over_plain: f64,
-    /// Mean tokens committed per round (1 for plain decoding).
-    pub mean_acceptance: f64,
-    /// Mean drafts verified per round (`--draft-len`; 0 for plain decoding). Absent in older reports.
-    #[serde(default)]
-    pub mean_draft_length: f64,
-    /// Totals over the timing runs (one per prompt); 0 for plain decoding.
-    pub draft_seconds: f64,
-    pub verify_seconds: f64,
-    pub head_seconds: f64,
-    /// head_seconds / (draft_seconds + verify_seconds); 0 without the Domino head.
-    pub head_share: f64,
-    /// decode_weight_bytes_per_token x decode tokens/s (effective for speculative modes).
-    pub decode_weight_bandwidth_gb_s: f64,
-    /// decode weight bandwidth / copy bandwidth (STREAM convention).
-    pub roofline_ratio: f64,
-    /// decode weight bandwidth / (copy bandwidth / 2): against the copy kernel's read rate.
-    pub read_roofline_ratio: f64,
-    /// Weights + KV cache (+ drafter weights), computed from buffer sizes, not queried from the driver.
-    pub peak_gpu_memory_bytes: u64,
-    /// Always true: the memory figure is an estimate.
-    pub peak_gpu_memory_estimated: bool,
-}
+/// One decoding mode on one adapter (measured by `domino_runtime::bench`, shared with the browser).
+pub use domino_runtime::bench::ModeReport;
 
 /// This machine's OS, architecture, CPU model and hostname (where readable).
 pub fn machine_facts() -> MachineInfo {

@@ -53,6 +53,10 @@ struct DataArgs {
     /// Prompts per shard (the unit of resuming).
     #[arg(long, default_value_t = 32)]
     shard_size: usize,
+    /// Prompts decoded at once through the continuous batcher (one submission per step for all of
+    /// them; the same tokens and features as --batch 1, which decodes one prompt at a time).
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
     #[arg(long, default_value = "f32")]
     dtype: String,
     #[arg(long, default_value = "auto")]
@@ -201,10 +205,12 @@ fn data(a: DataArgs) -> Result<(), CliError> {
         target_layer_ids: ids.clone(),
         stop_ids: loaded.stop_ids.clone(),
         ignore_eos: a.ignore_eos,
+        batch: a.batch,
     };
     let pb = bar(prompts.len() as u64, "{msg:>10} [{bar:40}] {pos}/{len} prompts ({elapsed}, eta {eta})");
     pb.set_message("distilling");
     let logged_to_terminal = std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
     let summary = generate_data(&loaded.model, &prompts, &a.out, &opts, &mut |done, total| {
         if !logged_to_terminal && (done % a.shard_size == 0 || done == total) {
             eprintln!("{done}/{total} prompts distilled");
@@ -213,13 +219,16 @@ fn data(a: DataArgs) -> Result<(), CliError> {
     })
     .map_err(train_error)?;
     pb.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
     eprintln!(
-        "wrote {}: {} prompts, features of target layers {ids:?}; {} shards written, {} already complete, {} tokens generated",
+        "wrote {}: {} prompts, features of target layers {ids:?}; {} shards written, {} already complete, {} tokens generated in {seconds:.1} s ({:.2} tok/s, --batch {})",
         a.out.display(),
         prompts.len(),
         summary.shards_written,
         summary.shards_skipped,
-        summary.generated_tokens
+        summary.generated_tokens,
+        summary.generated_tokens as f64 / seconds.max(1e-9),
+        a.batch
     );
     Ok(())
 }

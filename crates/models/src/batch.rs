@@ -13,7 +13,7 @@
 //! logits, and its greedy tokens, are bit-identical whatever runs beside it.
 
 use crate::error::Result;
-use crate::qwen3::{LayerDims, LayerWeights, QkvWeights, Qwen3Model};
+use crate::qwen3::{Capture, LayerDims, LayerWeights, QkvWeights, Qwen3Model};
 use domino_engine::kernels::{self, AttentionScratch, NormInput, QkvRope, SamplingConfig};
 use domino_engine::{EngineError, Epilogue, GpuBuffer, Rows, Step};
 use std::sync::Arc;
@@ -116,7 +116,9 @@ impl Qwen3Model {
 
     /// Record one batched pass over `segments` (rows laid out in the order given). Logits go to
     /// logits rows 0.. in the order of the segments that ask for them; returns how many.
-    pub fn record_batch(&self, step: &mut Step, state: &BatchState, segments: &[Segment]) -> Result<u32> {
+    /// With `capture`, the residual stream after its layers is copied for every row of the pass
+    /// (pass row r to `dst` row dst_row + r, as `record_forward` does for one sequence).
+    pub fn record_batch(&self, step: &mut Step, state: &BatchState, segments: &[Segment], capture: Option<&Capture>) -> Result<u32> {
         let total: u32 = segments.iter().map(|s| s.n_rows).sum();
         let n_logits = segments.iter().filter(|s| s.logits).count();
         let bad = |msg: String| -> Result<u32> { Err(EngineError::Gpu(msg).into()) };
@@ -147,6 +149,16 @@ impl Qwen3Model {
         let dims = self.layer_dims();
         for (li, layer) in self.layers.iter().enumerate() {
             record_layer(step, layer, state, li, &dims, segments, &offsets, total)?;
+            if let Some(cap) = capture {
+                if let Some(slot) = cap.layers.iter().position(|&c| c == li) {
+                    let width = cap.layers.len() as u32 * h;
+                    if (cap.dst_row + total) as u64 * width as u64 * 4 > cap.dst.size {
+                        return bad(format!("feature capture of {total} rows does not fit its buffer"));
+                    }
+                    step.set_label(&format!("layer {li} feature capture"));
+                    kernels::copy_rows(step, &x, &Rows::new(cap.dst, cap.dst_row * width + slot as u32 * h, width), h, total)?;
+                }
+            }
         }
 
         // Final norm + lm_head over the last row of each segment that wants logits.

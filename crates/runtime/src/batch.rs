@@ -9,13 +9,21 @@
 //! Output is exact: the batched pass is batch-invariant (see `domino_models::batch`), the draws are
 //! numbered by position as in `Session`, so a request's tokens are those `Session::generate` gives
 //! for it alone, greedy or seeded, whatever else is running.
+//!
+//! Optionally (`capture_features`) every step also copies the residual stream after some layers for
+//! each of its rows, so a finished sequence comes with the features of every position of prompt +
+//! output (what `domino train data` stores): a sequence that stops runs one more row, without
+//! logits, for its last token. Batch invariance makes those rows equal to a single-sequence forward's.
 
 use crate::clock::now;
 use crate::error::{Result, RuntimeError};
 use crate::session::{validate_prompt, GenerateOptions, Generation, GenerationStats, StopReason};
+use domino_engine::{GpuBuffer, Step};
 use domino_models::batch::{BatchState, Segment};
+use domino_models::qwen3::Capture;
 use domino_models::Qwen3Model;
-use domino_engine::Step;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Names a sequence for its whole life (slots are reused; ids are not).
 pub type SequenceId = u64;
@@ -41,6 +49,10 @@ struct Active {
     output: Vec<u32>,
     admitted_at: f64,
     first_token_at: Option<f64>,
+    /// With feature capture: the features of positions [0, features.len() / width), f32.
+    features: Vec<f32>,
+    /// With feature capture, a sequence that stopped waits one more step for its last token's row.
+    stopping: Option<StopReason>,
 }
 
 impl Active {
@@ -82,6 +94,17 @@ pub struct Batcher<'m> {
     /// Sequences admitted with max_tokens = 0: finished at the next step without GPU work.
     empty: Vec<Active>,
     last_shape: StepShape,
+    capture: Option<FeatureCapture>,
+    /// Features of finished sequences, until `take_features`.
+    finished_features: HashMap<SequenceId, Vec<f32>>,
+}
+
+struct FeatureCapture {
+    layers: Vec<usize>,
+    /// Values per row: layers × hidden.
+    width: usize,
+    /// `[max_rows][width]` f32, row r = activation row r of the step.
+    dst: Arc<GpuBuffer>,
 }
 
 impl<'m> Batcher<'m> {
@@ -95,7 +118,42 @@ impl<'m> Batcher<'m> {
             return Err(RuntimeError::Unsupported(format!("a batch of {slots} sequences needs 1..={max_rows} slots (rows per step)")));
         }
         let state = model.new_batch_state(slots, capacity, max_rows)?;
-        Ok(Self { model, state, slots: (0..slots).map(|_| None).collect(), next_id: 0, empty: Vec::new(), last_shape: StepShape::default() })
+        Ok(Self {
+            model,
+            state,
+            slots: (0..slots).map(|_| None).collect(),
+            next_id: 0,
+            empty: Vec::new(),
+            last_shape: StepShape::default(),
+            capture: None,
+            finished_features: HashMap::new(),
+        })
+    }
+
+    /// Capture the residual stream after `layers` (target layer ids) for every position of every
+    /// sequence admitted from now on: `take_features(id)` returns them once it has finished,
+    /// `[prompt + output][layers.len() × hidden]` f32, equal to a single-sequence
+    /// `record_forward` capture over prompt + output. Call before admitting anything.
+    pub fn capture_features(&mut self, layers: &[usize]) -> Result<()> {
+        let c = &self.model.config;
+        if layers.is_empty() {
+            return Err(RuntimeError::Unsupported("feature capture needs at least one layer".into()));
+        }
+        if let Some(&l) = layers.iter().find(|&&l| l >= c.num_layers) {
+            return Err(RuntimeError::Unsupported(format!("capture layer {l} is out of range: the model has {} layers", c.num_layers)));
+        }
+        if !self.is_idle() {
+            return Err(RuntimeError::Unsupported("feature capture must be enabled before sequences are admitted".into()));
+        }
+        let width = layers.len() * c.hidden_size;
+        let dst = self.model.gpu.binding_buffer("captured features (batch)", (self.state.max_rows * width * 4) as u64)?;
+        self.capture = Some(FeatureCapture { layers: layers.to_vec(), width, dst });
+        Ok(())
+    }
+
+    /// The captured features of a finished sequence (see `capture_features`), once.
+    pub fn take_features(&mut self, id: SequenceId) -> Option<Vec<f32>> {
+        self.finished_features.remove(&id)
     }
 
     pub fn model(&self) -> &'m Qwen3Model {
@@ -138,8 +196,11 @@ impl<'m> Batcher<'m> {
     /// invalid or no slot is free (the caller queues it).
     pub fn admit(&mut self, prompt: Vec<u32>, opts: GenerateOptions) -> Result<SequenceId> {
         self.validate(&prompt, opts.max_tokens)?;
+        if self.capture.is_some() && opts.max_tokens == 0 {
+            return Err(RuntimeError::Unsupported("feature capture needs max_tokens > 0 (the prompt is captured as it is prefilled)".into()));
+        }
         let id = self.next_id;
-        let active = Active { id, prompt, opts, prefilled: 0, output: Vec::new(), admitted_at: now(), first_token_at: None };
+        let active = Active { id, prompt, opts, prefilled: 0, output: Vec::new(), admitted_at: now(), first_token_at: None, features: Vec::new(), stopping: None };
         if active.opts.max_tokens == 0 {
             self.next_id += 1;
             self.empty.push(active);
@@ -155,7 +216,11 @@ impl<'m> Batcher<'m> {
     /// Stop a sequence now and free its slot; returns what it generated (stop reason `Cancelled`).
     pub fn cancel(&mut self, id: SequenceId) -> Option<Generation> {
         let slot = self.slots.iter().position(|s| s.as_ref().is_some_and(|a| a.id == id))?;
-        match self.slots[slot].take()?.finish(StopReason::Cancelled) {
+        let mut a = self.slots[slot].take()?;
+        // A sequence cancelled while waiting for its last feature row had already finished.
+        let reason = a.stopping.unwrap_or(StopReason::Cancelled);
+        a.features = Vec::new();
+        match a.finish(reason) {
             BatchEvent::Finished { generation, .. } => Some(generation),
             BatchEvent::Token { .. } => None,
         }
@@ -165,6 +230,7 @@ impl<'m> Batcher<'m> {
     pub fn abort_all(&mut self) -> Vec<SequenceId> {
         let mut ids: Vec<SequenceId> = self.slots.iter_mut().filter_map(|s| s.take().map(|a| a.id)).collect();
         ids.extend(self.empty.drain(..).map(|a| a.id));
+        self.finished_features.clear();
         ids
     }
 
@@ -183,20 +249,36 @@ impl<'m> Batcher<'m> {
         let gpu = &self.model.gpu;
         let mut step = Step::new(gpu);
         let segs: Vec<Segment> = segments.iter().map(|s| s.seg).collect();
-        let n_logits = self.model.record_batch(&mut step, &self.state, &segs)?;
+        let capture = self.capture.as_ref().map(|c| Capture { layers: &c.layers, dst: &c.dst, dst_row: 0 });
+        let n_logits = self.model.record_batch(&mut step, &self.state, &segs, capture.as_ref())?;
         for (row, s) in segments.iter().filter(|s| s.seg.logits).enumerate() {
             self.model.record_batch_sample(&mut step, &self.state, row as u32, &s.sampling, s.seg.pos0 + s.seg.n_rows)?;
         }
-        let bytes = step.submit_and_read(&self.state.out_ids, 0, n_logits as u64 * 4).await?;
-        let tokens: Vec<u32> = bytemuck_u32(&bytes);
+        let tokens: Vec<u32> = bytemuck_u32(&step.submit_and_read(&self.state.out_ids, 0, n_logits as u64 * 4).await?);
+        // The captured rows of this step, in row order (segments laid out as planned).
+        let mut rows: Option<std::vec::IntoIter<f32>> = None;
+        if let Some(c) = &self.capture {
+            let total: usize = segments.iter().map(|s| s.seg.n_rows as usize).sum();
+            let bytes = domino_engine::step::read_buffer(gpu, &c.dst, 0, (total * c.width * 4) as u64).await?;
+            rows = Some(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>().into_iter());
+        }
+        let width = self.capture.as_ref().map_or(0, |c| c.width);
         let mut next_token = tokens.into_iter();
         let t = now();
         for s in segments {
             let slot = s.seg.slot;
+            // This segment's captured rows (taken first, so later segments stay aligned).
+            let features: Vec<f32> = rows.as_mut().map(|r| r.by_ref().take(s.seg.n_rows as usize * width).collect()).unwrap_or_default();
             // Every planned slot is active: nothing frees a slot between plan() and here.
             let Some(a) = self.slots[slot].as_mut() else { continue };
+            a.features.extend(features);
             if s.prefill {
                 a.prefilled += s.seg.n_rows as usize;
+            }
+            if let Some(reason) = a.stopping {
+                // Its last token's row is captured: now it is done.
+                events.extend(self.finish_slot(slot, reason));
+                continue;
             }
             if !s.seg.logits {
                 continue;
@@ -214,12 +296,27 @@ impl<'m> Batcher<'m> {
                 None
             };
             match stop {
-                Some(reason) => events.extend(self.slots[slot].take().map(|a| a.finish(reason))),
+                // With capture, the last token still needs its row: it is fed like any other token
+                // and the sequence finishes after the next step.
+                Some(reason) if self.capture.is_some() => {
+                    a.stopping = Some(reason);
+                    self.model.gpu.write(&self.state.slots[slot].ids, pos as u64, &[token]);
+                }
+                Some(reason) => events.extend(self.finish_slot(slot, reason)),
                 // The sampled token is the next step's input: it lives at its position in the slot's ids.
                 None => self.model.gpu.write(&self.state.slots[slot].ids, pos as u64, &[token]),
             }
         }
         Ok(events)
+    }
+
+    /// Free `slot`, keeping its captured features for `take_features`.
+    fn finish_slot(&mut self, slot: usize, reason: StopReason) -> Option<BatchEvent> {
+        let mut a = self.slots[slot].take()?;
+        if self.capture.is_some() {
+            self.finished_features.insert(a.id, std::mem::take(&mut a.features));
+        }
+        Some(a.finish(reason))
     }
 
     /// This step's segments: decode rows first (so their logits rows are x rows 0.., no gather), then
@@ -229,7 +326,9 @@ impl<'m> Batcher<'m> {
         for (slot, a) in self.slots.iter().enumerate() {
             if let Some(a) = a.as_ref().filter(|a| !a.prefilling()) {
                 let pos = (a.prompt.len() + a.output.len() - 1) as u32;
-                out.push(Planned { seg: Segment { slot, pos0: pos, n_rows: 1, logits: true }, prefill: false, sampling: a.opts.sampling });
+                // A stopping sequence's row only captures features (its output is complete).
+                let logits = a.stopping.is_none();
+                out.push(Planned { seg: Segment { slot, pos0: pos, n_rows: 1, logits }, prefill: false, sampling: a.opts.sampling });
             }
         }
         let mut budget = self.state.max_rows - out.len();

@@ -2,6 +2,7 @@
 //! Async and thread-free, so the same code runs natively (driven by pollster) and in the browser.
 
 pub mod batch;
+pub mod bench;
 pub mod clock;
 pub mod draft_len;
 pub mod error;

@@ -2,13 +2,20 @@
 //! continuation of every prompt, then one more forward over prompt + continuation captures the
 //! target features at the drafter's target_layer_ids (the residual stream after those layers, as
 //! the speculative session feeds them to the drafter). Stored f16 in shards; resumable.
+//!
+//! With `batch > 1` the prompts are decoded many at once through the continuous batcher
+//! (`domino_runtime::Batcher`: one submission per step for every sequence), which captures the same
+//! features as it goes (each position's row in the step that fed it, plus one row for the last
+//! token), so no second forward is needed. Batch invariance makes the tokens and feature bits equal
+//! to the one-prompt-at-a-time path (`batch = 1`, kept as the reference; tested).
 
 use crate::data::{prompts_hash, read_shard, shard_path, write_shard, DataMeta, Sequence, FORMAT};
 use crate::error::{Result, TrainError};
 use domino_engine::Step;
 use domino_models::qwen3::{Capture, Forward};
 use domino_models::Qwen3Model;
-use domino_runtime::{GenerateOptions, Session};
+use domino_runtime::{BatchEvent, Batcher, GenerateOptions, Session, BATCH_MAX_ROWS};
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 
 /// Rows per capture pass: one submission and one readback each.
@@ -22,6 +29,8 @@ pub struct DistillOptions {
     /// Stop a continuation at these ids (the model's eos), unless `ignore_eos`.
     pub stop_ids: Vec<u32>,
     pub ignore_eos: bool,
+    /// Prompts decoded at once (1: one at a time through `Session`, then a capture pass).
+    pub batch: usize,
 }
 
 /// What a run did: shards found complete from an earlier run, shards written now, tokens generated now.
@@ -45,8 +54,8 @@ pub fn generate_data(
     if prompts.is_empty() {
         return Err(TrainError::Invalid("no prompts".into()));
     }
-    if opts.shard_size == 0 || opts.max_new_tokens == 0 {
-        return Err(TrainError::Invalid("--shard-size and --max-new-tokens must be positive".into()));
+    if opts.shard_size == 0 || opts.max_new_tokens == 0 || opts.batch == 0 {
+        return Err(TrainError::Invalid("--shard-size, --max-new-tokens and --batch must be positive".into()));
     }
     if opts.target_layer_ids.is_empty() {
         return Err(TrainError::Invalid("target_layer_ids must not be empty".into()));
@@ -82,6 +91,9 @@ pub fn generate_data(
 
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let capacity = longest + opts.max_new_tokens;
+    if opts.batch > 1 {
+        return generate_batched(model, prompts, out, opts, &meta, capacity, progress);
+    }
     let mut session = Session::new(model, capacity)?;
     let state = model.new_state(capacity, CAPTURE_ROWS, 1)?;
     let width = opts.target_layer_ids.len() * c.hidden_size;
@@ -112,6 +124,86 @@ pub fn generate_data(
         write_shard(out, index, &seqs, width)?;
         summary.shards_written += 1;
         summary.sequences += seqs.len();
+    }
+    Ok(summary)
+}
+
+/// The batched path: up to `opts.batch` prompts decode together (in prompt order, a finished one's
+/// slot going to the next prompt at once, across shard boundaries); a shard is written as soon as
+/// all its sequences are done.
+fn generate_batched(
+    model: &Qwen3Model,
+    prompts: &[Vec<u32>],
+    out: &Path,
+    opts: &DistillOptions,
+    meta: &DataMeta,
+    capacity: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<DistillSummary> {
+    let width = meta.feature_width();
+    let gen = GenerateOptions {
+        max_tokens: opts.max_new_tokens,
+        ignore_eos: opts.ignore_eos,
+        stop_ids: opts.stop_ids.clone(),
+        ..GenerateOptions::default()
+    };
+    let mut summary = DistillSummary::default();
+    let mut done = 0;
+    // Shards still to write: their sequences so far, and how many are missing.
+    let mut pending: HashMap<usize, (Vec<Option<Sequence>>, usize)> = HashMap::new();
+    let mut queue = VecDeque::new();
+    for (index, chunk) in prompts.chunks(opts.shard_size).enumerate() {
+        if shard_path(out, index).exists() && read_shard(out, index, meta).is_ok() {
+            summary.shards_skipped += 1;
+            done += chunk.len();
+            progress(done, prompts.len());
+            continue;
+        }
+        pending.insert(index, (vec![None; chunk.len()], chunk.len()));
+        queue.extend(index * opts.shard_size..index * opts.shard_size + chunk.len());
+    }
+    if queue.is_empty() {
+        return Ok(summary);
+    }
+    let slots = opts.batch.min(queue.len());
+    let mut batcher = Batcher::new(model, slots, capacity, BATCH_MAX_ROWS.max(slots))?;
+    batcher.capture_features(&opts.target_layer_ids)?;
+    let mut prompt_of = HashMap::new();
+    loop {
+        while batcher.has_free_slot() {
+            let Some(i) = queue.pop_front() else { break };
+            let id = batcher.admit(prompts[i].clone(), gen.clone())?;
+            prompt_of.insert(id, i);
+        }
+        if batcher.is_idle() {
+            break;
+        }
+        for event in pollster::block_on(batcher.step())? {
+            let BatchEvent::Finished { id, generation } = event else { continue };
+            let i = prompt_of.remove(&id).ok_or_else(|| TrainError::Invalid(format!("the batcher finished an unknown sequence {id}")))?;
+            let features = batcher.take_features(id).unwrap_or_default();
+            let prompt = &prompts[i];
+            let tokens: Vec<u32> = prompt.iter().chain(&generation.output_ids).copied().collect();
+            if features.len() != tokens.len() * width {
+                return Err(TrainError::Invalid(format!("prompt {i}: {} feature values captured for {} tokens", features.len(), tokens.len())));
+            }
+            summary.generated_tokens += generation.output_ids.len();
+            let features = features.into_iter().map(half::f16::from_f32).collect();
+            let (index, j) = (i / opts.shard_size, i % opts.shard_size);
+            let Some((seqs, missing)) = pending.get_mut(&index) else { continue };
+            seqs[j] = Some(Sequence { tokens, prompt_len: prompt.len(), features });
+            *missing -= 1;
+            if *missing == 0 {
+                if let Some((seqs, _)) = pending.remove(&index) {
+                    let seqs: Vec<Sequence> = seqs.into_iter().flatten().collect();
+                    write_shard(out, index, &seqs, width)?;
+                    summary.shards_written += 1;
+                    summary.sequences += seqs.len();
+                }
+            }
+            done += 1;
+            progress(done, prompts.len());
+        }
     }
     Ok(summary)
 }

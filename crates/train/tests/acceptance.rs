@@ -57,7 +57,7 @@ fn a_short_cpu_training_run_gives_mean_acceptance_above_1_5() {
     // Data through the engine; the first sequence checked against the CPU reference.
     let data = dir.path().join("data");
     let train_prompts = prompts(1, 24);
-    let dopts = DistillOptions { max_new_tokens: 64, shard_size: 8, target_layer_ids: vec![0, 1], stop_ids: vec![], ignore_eos: true };
+    let dopts = DistillOptions { max_new_tokens: 64, shard_size: 8, target_layer_ids: vec![0, 1], stop_ids: vec![], ignore_eos: true, batch: 1 };
     let s = generate_data(&target, &train_prompts, &data, &dopts, &mut |_, _| {}).unwrap();
     assert_eq!((s.shards_written, s.shards_skipped, s.generated_tokens), (3, 0, 24 * 64));
     let (meta, seqs) = domino_train::data::read_all(&data).unwrap();
