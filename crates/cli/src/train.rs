@@ -280,7 +280,10 @@ fn drafter(a: DrafterArgs) -> Result<(), CliError> {
     };
     let pb = bar(a.steps as u64, "[{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})");
     let logged_to_terminal = std::io::stderr().is_terminal();
+    let (mut step_seconds, mut steps_run) = (0.0f64, 0usize);
     let summary = domino_train::train(&target.config, target.weights.as_ref(), &a.data, &a.out, &opts, &device, a.stop_after, &mut |s: &domino_train::StepStats| {
+        step_seconds += s.seconds;
+        steps_run += 1;
         let acc: Vec<String> = s.slot_accuracy.iter().take(6).map(|x| format!("{x:.2}")).collect();
         let msg = format!("loss {:.3} λ {:.2} lr {:.1e} acc {} ({:.2} s/step, {:.0} columns)", s.loss, s.lambda, s.lr, acc.join(" "), s.seconds, s.columns);
         if !logged_to_terminal && (s.step % 25 == 0 || s.step == s.total) {
@@ -313,6 +316,14 @@ fn drafter(a: DrafterArgs) -> Result<(), CliError> {
         summary.last.loss,
         acc.join(" ")
     );
+    if steps_run > 0 {
+        eprintln!(
+            "{steps_run} steps in {step_seconds:.1} s: {:.3} s/step mean (forward, backward, optimizer; {:?} loss over {:.0} vocabulary columns)",
+            step_seconds / steps_run as f64,
+            a.loss,
+            summary.last.columns
+        );
+    }
     Ok(())
 }
 
