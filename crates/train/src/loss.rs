@@ -39,7 +39,7 @@ impl std::str::FromStr for LossKind {
         match s {
             "full" => Ok(Self::Full),
             "sampled" => Ok(Self::Sampled),
-            other => Err(format!("--loss {other}: expected full or sampled")),
+            other => Err(format!("expected full or sampled, not {other}")),
         }
     }
 }

@@ -222,3 +222,27 @@ fn a_sampled_run_resumes_and_old_states_load() {
     assert_eq!((s.resumed_from, s.steps), (5, 12));
 }
 
+
+#[test]
+fn the_log_q_correction_makes_the_partition_estimate_unbiased() {
+    // One row of logits over the vocabulary; label 7. exp(sampled NLL) = Ẑ / exp(s_label), whose
+    // mean over draws is Z / exp(s_label) = exp(full NLL) when the negatives carry −log q.
+    let device = cpu_device();
+    let logits: Vec<f32> = Rng::new(4).vec(VOCAB, 3.0);
+    let full = burn::tensor::Tensor::<2>::from_data(burn::tensor::TensorData::new(logits.clone(), [1, VOCAB]), &device);
+    let want = (to_vec(domino_train::model::nll(full, &[7]))[0] as f64).exp();
+    let mut rng = Rng::new(8);
+    let (draws, mut sum, mut uncorrected) = (3000, 0.0f64, 0.0f64);
+    for _ in 0..draws {
+        let c = Candidates::draw(&[7], &[], 8, VOCAB, &mut rng);
+        let row: Vec<f32> = c.ids.iter().map(|&t| logits[t as usize]).collect();
+        let t = burn::tensor::Tensor::<2>::from_data(burn::tensor::TensorData::new(row, [1, c.len()]), &device);
+        sum += (to_vec(c.nll(t, &[7]))[0] as f64).exp();
+        // Without the correction the same columns underestimate Z by far.
+        let z: f64 = c.ids.iter().map(|&t| (logits[t as usize] as f64).exp()).sum();
+        uncorrected += z / (logits[7] as f64).exp();
+    }
+    let (got, plain) = (sum / draws as f64, uncorrected / draws as f64);
+    assert!((got / want - 1.0).abs() < 0.05, "mean exp(sampled NLL) {got:.4} vs exp(full NLL) {want:.4}");
+    assert!(plain < 0.5 * want, "uncorrected {plain:.4} vs {want:.4}: the test cannot tell");
+}
