@@ -8,7 +8,7 @@ use domino_models::drafter::default_target_layer_ids;
 use domino_models::tokenizer::{ChatMessage, TextTokenizer};
 use domino_models::open_model;
 use domino_train::distill::{generate_data, DistillOptions};
-use domino_train::{TrainError, TrainOptions};
+use domino_train::{EvalStats, LossKind, TrainError, TrainOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -127,6 +127,23 @@ struct DrafterArgs {
     /// cpu (burn's Flex backend) or wgpu (needs a build with the `wgpu` feature).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// full: cross-entropy over the whole vocabulary; sampled: a sampled softmax over the labels,
+    /// the most frequent target tokens and uniform negatives (log Q corrected).
+    #[arg(long, default_value = "full")]
+    loss: LossKind,
+    /// Sampled loss: the N most frequent target tokens of the training data are always candidates.
+    #[arg(long, default_value_t = 1024)]
+    frequent_candidates: usize,
+    /// Sampled loss: uniform negative candidates per sequence.
+    #[arg(long, default_value_t = 1024)]
+    sampled_candidates: usize,
+    /// Hold the last N sequences of the data out of training and report their full-vocabulary NLL
+    /// and per-draft accuracy (before the first step, every --eval-every steps and at the end).
+    #[arg(long, default_value_t = 0)]
+    eval_seqs: usize,
+    /// Evaluate the held-out sequences every N steps (0: at the end only).
+    #[arg(long, default_value_t = 0)]
+    eval_every: usize,
 }
 
 pub fn run(args: TrainArgs) -> Result<(), CliError> {
@@ -263,22 +280,36 @@ fn drafter(a: DrafterArgs) -> Result<(), CliError> {
         save_every: a.save_every,
         seed: a.seed,
         init_from_target: !a.no_target_init,
+        loss: a.loss,
+        frequent_candidates: a.frequent_candidates,
+        sampled_candidates: a.sampled_candidates,
+        eval_seqs: a.eval_seqs,
+        eval_every: a.eval_every,
         ..TrainOptions::default()
     };
     let pb = bar(a.steps as u64, "[{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})");
     let logged_to_terminal = std::io::stderr().is_terminal();
+    let (mut step_seconds, mut steps_run) = (0.0f64, 0usize);
     let summary = domino_train::train(&target.config, target.weights.as_ref(), &a.data, &a.out, &opts, &device, a.stop_after, &mut |s: &domino_train::StepStats| {
+        step_seconds += s.seconds;
+        steps_run += 1;
         let acc: Vec<String> = s.slot_accuracy.iter().take(6).map(|x| format!("{x:.2}")).collect();
-        let msg = format!("loss {:.3} λ {:.2} lr {:.1e} acc {}", s.loss, s.lambda, s.lr, acc.join(" "));
+        let msg = format!("loss {:.3} λ {:.2} lr {:.1e} acc {} ({:.2} s/step, {:.0} columns)", s.loss, s.lambda, s.lr, acc.join(" "), s.seconds, s.columns);
         if !logged_to_terminal && (s.step % 25 == 0 || s.step == s.total) {
             // No progress bar without a terminal (nohup, CI logs): a line every 25 steps instead.
             eprintln!("step {}/{} {msg}", s.step, s.total);
+        }
+        if let Some(e) = &s.eval {
+            pb.suspend(|| eprintln!("{}", eval_line(s.step, e)));
         }
         pb.set_position(s.step as u64);
         pb.set_message(msg);
     })
     .map_err(train_error)?;
     pb.finish_and_clear();
+    if let Some(e) = &summary.initial_eval {
+        eprintln!("{} (before training)", eval_line(0, e));
+    }
     let acc: Vec<String> = summary.last.slot_accuracy.iter().map(|x| format!("{x:.2}")).collect();
     if summary.resumed_from > 0 {
         eprintln!("resumed at step {}", summary.resumed_from);
@@ -294,5 +325,19 @@ fn drafter(a: DrafterArgs) -> Result<(), CliError> {
         summary.last.loss,
         acc.join(" ")
     );
+    if steps_run > 0 {
+        eprintln!(
+            "{steps_run} steps in {step_seconds:.1} s: {:.3} s/step mean (forward, backward, optimizer; {:?} loss over {:.0} vocabulary columns)",
+            step_seconds / steps_run as f64,
+            a.loss,
+            summary.last.columns
+        );
+    }
     Ok(())
+}
+
+fn eval_line(step: usize, e: &EvalStats) -> String {
+    let acc: Vec<String> = e.slot_accuracy.iter().map(|x| format!("{x:.3}")).collect();
+    let nll: Vec<String> = e.slot_nll.iter().map(|x| format!("{x:.3}")).collect();
+    format!("held-out step {step}: full-vocabulary NLL {:.4} over {} drafts; per-draft NLL {}; per-draft top-1 accuracy {}", e.nll, e.drafts, nll.join(" "), acc.join(" "))
 }

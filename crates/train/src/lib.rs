@@ -10,6 +10,7 @@ pub mod distill;
 pub mod draft;
 pub mod error;
 pub mod export;
+pub mod loss;
 pub mod model;
 pub mod rng;
 pub mod schedule;
@@ -17,6 +18,7 @@ pub mod train;
 pub mod weights;
 
 pub use error::{Result, TrainError};
+pub use loss::{EvalStats, LossKind};
 pub use train::{train, StepStats, TrainOptions, TrainSummary};
 
 /// burn's pure-Rust CPU backend (Flex), with autodiff.

@@ -168,6 +168,25 @@ impl DrafterNet {
         anchor_tokens: &[u32],
         head_tokens: Option<&[Vec<u32>]>,
     ) -> BlockOutput {
+        self.forward_columns(dims, target, features, anchors, anchor_tokens, head_tokens, None)
+    }
+
+    /// [`forward`](Self::forward) with the vocabulary axis restricted to the token ids `columns`
+    /// (in that order): `base` and `fin` are `[A, B, C]`, column c the logit of token columns[c].
+    /// Only those rows of the lm_head and of the Domino head's output projection are multiplied
+    /// (the correction is low-rank, `[V, e]·silu(…)`, so its columns restrict like the lm_head's).
+    /// None: the whole vocabulary, as `forward`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_columns(
+        &self,
+        dims: &Dims,
+        target: &Target,
+        features: Tensor<2>,
+        anchors: &[usize],
+        anchor_tokens: &[u32],
+        head_tokens: Option<&[Vec<u32>]>,
+        columns: Option<&[u32]>,
+    ) -> BlockOutput {
         let device = features.device();
         let (a_n, b, h, d) = (anchors.len(), dims.block, dims.hidden, dims.head_dim);
         let (hq, hkv) = (dims.heads, dims.kv_heads);
@@ -208,10 +227,16 @@ impl DrafterNet {
             x = x.add(linear(glu, &layer.down_proj));
         }
         let y = rmsnorm(x, &self.norm, dims.eps);
-        let base = y.clone().matmul(target.lm_head.clone().transpose()).reshape([a_n, b, dims.vocab]);
+        let cols = columns.map(|c| Tensor::<1, Int>::from_data(TensorData::new(c.iter().map(|&x| x as i64).collect::<Vec<_>>(), [c.len()]), &device));
+        let lm_head = match &cols {
+            Some(c) => target.lm_head.clone().select(0, c.clone()),
+            None => target.lm_head.clone(),
+        };
+        let width = columns.map_or(dims.vocab, |c| c.len());
+        let base = y.clone().matmul(lm_head.transpose()).reshape([a_n, b, width]);
         let y = y.reshape([a_n, b, h]);
         let fin = match (&self.head, head_tokens) {
-            (Some(head), Some(tokens)) => Some(base.clone().add(head.teacher_forced(dims, target, y.clone(), tokens))),
+            (Some(head), Some(tokens)) => Some(base.clone().add(head.teacher_forced_columns(dims, target, y.clone(), tokens, cols))),
             _ => None,
         };
         BlockOutput { y, base, fin }
@@ -240,6 +265,11 @@ impl DominoHead {
     /// consumed tokens[j][0..=i] (the anchor and the i tokens after it): the teacher-forced
     /// alignment of training, and of drafting when tokens are the drafts chosen so far.
     pub fn teacher_forced(&self, dims: &Dims, target: &Target, y: Tensor<3>, tokens: &[Vec<u32>]) -> Tensor<3> {
+        self.teacher_forced_columns(dims, target, y, tokens, None)
+    }
+
+    /// [`teacher_forced`](Self::teacher_forced) on the vocabulary columns `columns` only (`[A, B, C]`).
+    pub fn teacher_forced_columns(&self, dims: &Dims, target: &Target, y: Tensor<3>, tokens: &[Vec<u32>], columns: Option<Tensor<1, Int>>) -> Tensor<3> {
         let device = y.device();
         let [a_n, b, h] = y.dims();
         let g = self.weight_hh.val().dims()[1];
@@ -254,7 +284,14 @@ impl DominoHead {
         }
         let states = Tensor::cat(states, 1);
         let z = Tensor::cat(vec![y, states], 2).reshape([a_n * b, h + g]);
-        let corr = linear(silu(linear(z, &self.proj_in)), &self.proj_out).reshape([a_n, b, dims.vocab]);
+        let hidden = silu(linear(z, &self.proj_in));
+        let corr = match columns {
+            Some(c) => {
+                let width = c.dims()[0];
+                hidden.matmul(self.proj_out.val().select(0, c).transpose()).reshape([a_n, b, width])
+            }
+            None => linear(hidden, &self.proj_out).reshape([a_n, b, dims.vocab]),
+        };
         let keep: Vec<f32> = (0..b).map(|i| if i >= dims.prefix_len { 1.0 } else { 0.0 }).collect();
         corr.mul(Tensor::<1>::from_data(TensorData::new(keep, [b]), &device).reshape([1, b, 1]))
     }

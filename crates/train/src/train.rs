@@ -7,11 +7,14 @@
 //! labelled x_{a+k}. Draft k is weighted exp(−k/7). loss = (1−λ)·CE(final) + λ·CE(base), λ falling
 //! linearly 1 → 0 over decay_ratio of the steps (a DFlash backbone has only CE(base)).
 //! AdamW, linear warmup then cosine decay; the state is saved every `save_every` steps and a run
-//! resumes from it.
+//! resumes from it. The cross-entropies run over the whole vocabulary or, with [`LossKind::Sampled`],
+//! over a sampled candidate set ([`crate::loss`]); `eval_seqs` sequences can be held out and scored
+//! with the full-vocabulary NLL every `eval_every` steps.
 
 use crate::data::{read_all, Sequence};
 use crate::error::{format_error, io, Result, TrainError};
 use crate::export::{export, validate, write_atomic};
+use crate::loss::{most_frequent, Candidates, EvalStats, LossKind};
 use crate::model::{nll, Dims, DrafterNet, Target};
 use crate::rng::Rng;
 use crate::schedule::{lambda, learning_rate, slot_weight};
@@ -54,6 +57,39 @@ pub struct TrainOptions {
     pub seed: u64,
     /// Initialise the decoder layers from the target's where shapes allow.
     pub init_from_target: bool,
+    /// The loss's vocabulary: all of it, or sampled candidates (absent in states saved before it
+    /// existed: full).
+    #[serde(default)]
+    pub loss: LossKind,
+    /// Sampled loss: the most frequent target tokens of the training data always in the candidates.
+    #[serde(default = "default_frequent")]
+    pub frequent_candidates: usize,
+    /// Sampled loss: uniform negatives per sequence (with the log Q correction).
+    #[serde(default = "default_negatives")]
+    pub sampled_candidates: usize,
+    /// The last N sequences of the data are held out of training and scored with the
+    /// full-vocabulary NLL (0: none).
+    #[serde(default)]
+    pub eval_seqs: usize,
+    /// Score the held-out sequences every N steps (0: at the end of each run only). Not part of the
+    /// run's identity: a resumed run may change it.
+    #[serde(default)]
+    pub eval_every: usize,
+}
+
+fn default_frequent() -> usize {
+    1024
+}
+
+fn default_negatives() -> usize {
+    1024
+}
+
+impl TrainOptions {
+    /// The options that define the trained weights (what a resumed run must match).
+    fn identity(&self) -> Self {
+        Self { eval_every: 0, ..self.clone() }
+    }
 }
 
 impl Default for TrainOptions {
@@ -78,6 +114,11 @@ impl Default for TrainOptions {
             save_every: 100,
             seed: 0,
             init_from_target: true,
+            loss: LossKind::Full,
+            frequent_candidates: default_frequent(),
+            sampled_candidates: default_negatives(),
+            eval_seqs: 0,
+            eval_every: 0,
         }
     }
 }
@@ -90,8 +131,15 @@ pub struct StepStats {
     pub loss: f64,
     pub lambda: f64,
     pub lr: f64,
-    /// Top-1 accuracy of draft k (final logits for Domino, base for DFlash) over this step's blocks.
+    /// Top-1 accuracy of draft k (final logits for Domino, base for DFlash) over this step's blocks
+    /// (with the sampled loss: among the candidates).
     pub slot_accuracy: Vec<f64>,
+    /// Vocabulary columns the loss ran over (mean per sequence; the vocabulary size for the full loss).
+    pub columns: f64,
+    /// Wall time of the step (forward, backward, optimizer), without saving or evaluating.
+    pub seconds: f64,
+    /// Held-out full-vocabulary numbers, on the steps that evaluate.
+    pub eval: Option<EvalStats>,
 }
 
 #[derive(Debug, Clone)]
@@ -101,6 +149,8 @@ pub struct TrainSummary {
     pub last: StepStats,
     pub init: InitReport,
     pub config: DrafterConfig,
+    /// Held-out numbers before the first step (a run that starts at step 0 with eval_seqs > 0).
+    pub initial_eval: Option<EvalStats>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -137,44 +187,114 @@ pub fn drafter_config(opts: &TrainOptions, target: &Qwen3Config, target_layer_id
     validate(&cfg, target)
 }
 
-/// One sequence's share of a step: the loss tensor and (correct, counted) per draft slot.
-fn sequence_loss(net: &DrafterNet, dims: &Dims, target: &Target, seq: &Sequence, width: usize, anchors: &[usize], lam: f64, device: &Device) -> (Tensor<1>, Vec<(usize, usize)>) {
+/// One sequence's share of a step: the loss tensor, (correct, counted) per draft slot and the
+/// number of vocabulary columns the loss ran over. `candidates`: None for the full-vocabulary loss,
+/// else a function of the labels giving the sampled loss's columns.
+#[allow(clippy::too_many_arguments)]
+pub fn sequence_loss(
+    net: &DrafterNet,
+    dims: &Dims,
+    target: &Target,
+    seq: &Sequence,
+    width: usize,
+    anchors: &[usize],
+    lam: f64,
+    candidates: Option<&mut dyn FnMut(&[u32]) -> Candidates>,
+    device: &Device,
+) -> (Tensor<1>, Vec<(usize, usize)>, usize) {
     let b = dims.block;
     let shift = usize::from(dims.shift_label);
+    // Slot i is draft k = i + shift − 1 with label x_{a+i+shift}; slot 0 of a DFlash block is the anchor.
+    let first = 1 - shift;
+    let slots: Vec<usize> = (first..b).collect();
+    let labels: Vec<u32> = anchors.iter().flat_map(|&a| slots.iter().map(move |&i| seq.tokens[a + i + shift])).collect();
+    let cand = candidates.map(|f| f(&labels));
+    let out = block_forward(net, dims, target, seq, width, anchors, cand.as_ref().map(|c| c.ids.as_slice()), device);
+    let weights: Vec<f32> = anchors.iter().flat_map(|_| slots.iter().map(|&i| slot_weight(i + shift - 1) as f32)).collect();
+    let norm: f32 = weights.iter().sum();
+    let n = labels.len();
+    let w = Tensor::<1>::from_data(TensorData::new(weights, [n]), device).div_scalar(norm);
+    let columns = cand.as_ref().map_or(dims.vocab, |c| c.len());
+    let pick = |logits: Tensor<3>| logits.narrow(1, first, b - first).reshape([n, columns]);
+    let loss_of = |logits: Tensor<2>| match &cand {
+        Some(c) => c.nll(logits, &labels),
+        None => nll(logits, &labels),
+    };
+    let base = pick(out.base);
+    let (loss, scored) = match out.fin {
+        Some(fin) => {
+            let fin = pick(fin);
+            let l_fin = loss_of(fin.clone()).mul(w.clone()).sum();
+            let l_base = loss_of(base).mul(w).sum();
+            (l_fin.mul_scalar(1.0 - lam).add(l_base.mul_scalar(lam)), fin)
+        }
+        None => (loss_of(base.clone()).mul(w).sum(), base),
+    };
+    let pred: Vec<i64> = scored.detach().argmax(1).into_data().convert::<i64>().try_to_vec::<i64>().unwrap_or_default();
+    let label_cols: Vec<i64> = labels.iter().map(|&l| cand.as_ref().map_or(l as usize, |c| c.column(l)) as i64).collect();
+    let mut acc = vec![(0usize, 0usize); slots.len()];
+    for (r, (&p, &l)) in pred.iter().zip(&label_cols).enumerate() {
+        let k = r % slots.len();
+        acc[k].0 += usize::from(p == l);
+        acc[k].1 += 1;
+    }
+    (loss, acc, columns)
+}
+
+/// The teacher-forced forward of the blocks anchored at `anchors` in `seq` (on `columns` only when given).
+#[allow(clippy::too_many_arguments)]
+fn block_forward(net: &DrafterNet, dims: &Dims, target: &Target, seq: &Sequence, width: usize, anchors: &[usize], columns: Option<&[u32]>, device: &Device) -> crate::model::BlockOutput {
+    let b = dims.block;
     // Context rows needed: positions before the last anchor.
     let t = *anchors.iter().max().unwrap_or(&1);
     let f: Vec<f32> = seq.features[..t * width].iter().map(|x| x.to_f32()).collect();
     let features = Tensor::<2>::from_data(TensorData::new(f, [t, width]), device);
     let anchor_tokens: Vec<u32> = anchors.iter().map(|&a| seq.tokens[a]).collect();
     let head_tokens: Vec<Vec<u32>> = anchors.iter().map(|&a| seq.tokens[a..a + b].to_vec()).collect();
-    let out = net.forward(dims, target, features, anchors, &anchor_tokens, Some(&head_tokens));
-    // Slot i is draft k = i + shift − 1 with label x_{a+i+shift}; slot 0 of a DFlash block is the anchor.
-    let first = 1 - shift;
-    let slots: Vec<usize> = (first..b).collect();
-    let labels: Vec<u32> = anchors.iter().flat_map(|&a| slots.iter().map(move |&i| seq.tokens[a + i + shift])).collect();
-    let weights: Vec<f32> = anchors.iter().flat_map(|_| slots.iter().map(|&i| slot_weight(i + shift - 1) as f32)).collect();
-    let norm: f32 = weights.iter().sum();
-    let n = labels.len();
-    let w = Tensor::<1>::from_data(TensorData::new(weights, [n]), device).div_scalar(norm);
-    let pick = |logits: Tensor<3>| logits.narrow(1, first, b - first).reshape([n, dims.vocab]);
-    let base = pick(out.base);
-    let (loss, scored) = match out.fin {
-        Some(fin) => {
-            let fin = pick(fin);
-            let l_fin = nll(fin.clone(), &labels).mul(w.clone()).sum();
-            let l_base = nll(base, &labels).mul(w).sum();
-            (l_fin.mul_scalar(1.0 - lam).add(l_base.mul_scalar(lam)), fin)
-        }
-        None => (nll(base.clone(), &labels).mul(w).sum(), base),
-    };
-    let pred: Vec<i64> = scored.detach().argmax(1).into_data().convert::<i64>().try_to_vec::<i64>().unwrap_or_default();
-    let mut acc = vec![(0usize, 0usize); slots.len()];
-    for (r, (&p, &l)) in pred.iter().zip(&labels).enumerate() {
-        let k = r % slots.len();
-        acc[k].0 += usize::from(p == l as i64);
-        acc[k].1 += 1;
+    net.forward_columns(dims, target, features, anchors, &anchor_tokens, Some(&head_tokens), columns)
+}
+
+/// Anchors of the held-out evaluation: up to `k` evenly spaced positions of the anchor range.
+fn eval_anchors(lo: usize, hi: usize, k: usize) -> Vec<usize> {
+    let n = hi - lo;
+    if k >= n {
+        return (lo..hi).collect();
     }
-    (loss, acc)
+    (0..k).map(|i| lo + i * n / k).collect()
+}
+
+/// Full-vocabulary NLL and top-1 accuracy per draft slot on `seqs` (teacher-forced; final logits for
+/// Domino, base for DFlash), on up to `anchors` evenly spaced anchors per sequence. Deterministic,
+/// and it draws nothing from the training sampler.
+pub fn evaluate(net: &DrafterNet, dims: &Dims, target: &Target, seqs: &[&Sequence], width: usize, anchors: usize, device: &Device) -> EvalStats {
+    let b = dims.block;
+    let shift = usize::from(dims.shift_label);
+    let first = 1 - shift;
+    let slots = b - first;
+    let (mut sum, mut correct, mut count) = (vec![0.0f64; slots], vec![0usize; slots], vec![0usize; slots]);
+    for seq in seqs {
+        let (lo, hi) = anchor_range(seq, b, shift);
+        let anchors = eval_anchors(lo, hi, anchors);
+        let labels: Vec<u32> = anchors.iter().flat_map(|&a| (first..b).map(move |i| seq.tokens[a + i + shift])).collect();
+        let out = block_forward(net, dims, target, seq, width, &anchors, None, device);
+        let n = labels.len();
+        let logits = out.fin.unwrap_or(out.base).detach().narrow(1, first, slots).reshape([n, dims.vocab]);
+        let pred: Vec<i64> = logits.clone().argmax(1).into_data().convert::<i64>().try_to_vec::<i64>().unwrap_or_default();
+        let rows: Vec<f32> = nll(logits, &labels).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+        for (r, ((&x, &p), &l)) in rows.iter().zip(&pred).zip(&labels).enumerate() {
+            let k = r % slots;
+            sum[k] += x as f64;
+            correct[k] += usize::from(p == l as i64);
+            count[k] += 1;
+        }
+    }
+    let drafts: usize = count.iter().sum();
+    EvalStats {
+        nll: sum.iter().sum::<f64>() / drafts.max(1) as f64,
+        slot_nll: sum.iter().zip(&count).map(|(s, &c)| s / c.max(1) as f64).collect(),
+        slot_accuracy: correct.iter().zip(&count).map(|(&x, &c)| x as f64 / c.max(1) as f64).collect(),
+        drafts,
+    }
 }
 
 /// Anchor positions of `seq` that have a full block of labels: a in [prompt_len, n − B − shift].
@@ -224,13 +344,22 @@ pub fn train(
     let cfg = drafter_config(opts, target_cfg, ids)?;
     let dims = Dims::new(&cfg, target_cfg);
     let shift = usize::from(cfg.shift_label);
-    let usable: Vec<&Sequence> = seqs
+    let mut usable: Vec<&Sequence> = seqs
         .iter()
         .filter(|s| {
             let (lo, hi) = anchor_range(s, cfg.block_size, shift);
             lo < hi
         })
         .collect();
+    if opts.eval_seqs > 0 && opts.eval_seqs >= usable.len() {
+        return Err(TrainError::Invalid(format!(
+            "--eval-seqs {} would hold out all of the {} usable sequences in {}",
+            opts.eval_seqs,
+            usable.len(),
+            data_dir.display()
+        )));
+    }
+    let held_out: Vec<&Sequence> = usable.split_off(usable.len() - opts.eval_seqs);
     if usable.is_empty() {
         return Err(TrainError::Invalid(format!(
             "no sequence in {} has a continuation longer than the block size {} (+{shift}): generate longer continuations or use a smaller --block-size",
@@ -238,6 +367,10 @@ pub fn train(
             cfg.block_size
         )));
     }
+    let frequent = match opts.loss {
+        LossKind::Full => Vec::new(),
+        LossKind::Sampled => most_frequent(usable.iter().map(|s| &s.tokens[s.prompt_len..]), target_cfg.vocab_size, opts.frequent_candidates),
+    };
     let target = load_target(target_cfg, target_src, device)?;
     let (weights, init) = init_weights(&cfg, target_cfg, opts.init_from_target.then_some(target_src), opts.seed)?;
     let mut net = build_net(&cfg, weights, device)?;
@@ -250,7 +383,7 @@ pub fn train(
     if state_path.exists() {
         let bytes = std::fs::read(&state_path).map_err(io(&state_path))?;
         let st: TrainState = serde_json::from_slice(&bytes).map_err(|e| format_error(&state_path, e.to_string()))?;
-        if st.options != *opts {
+        if st.options.identity() != opts.identity() {
             return Err(format_error(&state_path, format!("a run with other options is saved here ({:?}); use a new --out folder", st.options)));
         }
         let mp = state_dir.join("model.bpk");
@@ -264,16 +397,26 @@ pub fn train(
     let width = meta.feature_width();
     let mut last = StepStats::default();
     let end = stop_after.map_or(opts.steps, |n| (start + n).min(opts.steps));
+    let eval = |net: &DrafterNet| (!held_out.is_empty()).then(|| evaluate(net, &dims, &target, &held_out, width, opts.anchors, device));
+    let initial_eval = if start == 0 && start < end { eval(&net) } else { None };
     for step in start..end {
+        let started = std::time::Instant::now();
         let lam = if opts.domino { lambda(step, opts.steps, opts.decay_ratio) } else { 1.0 };
         let lr = learning_rate(step, opts.steps, warmup, opts.lr, opts.min_lr_ratio);
         let mut total: Option<Tensor<1>> = None;
         let mut acc: Vec<(usize, usize)> = Vec::new();
+        let mut columns = 0usize;
         for _ in 0..opts.batch {
             let seq = usable[rng.below(usable.len())];
             let (lo, hi) = anchor_range(seq, cfg.block_size, shift);
             let anchors = rng.distinct(lo, hi, opts.anchors);
-            let (loss, a) = sequence_loss(&net, &dims, &target, seq, width, &anchors, lam, device);
+            let mut draw = |labels: &[u32]| Candidates::draw(labels, &frequent, opts.sampled_candidates, dims.vocab, &mut rng);
+            let candidates: Option<&mut dyn FnMut(&[u32]) -> Candidates> = match opts.loss {
+                LossKind::Full => None,
+                LossKind::Sampled => Some(&mut draw),
+            };
+            let (loss, a, cols) = sequence_loss(&net, &dims, &target, seq, width, &anchors, lam, candidates, device);
+            columns += cols;
             total = Some(match total {
                 Some(t) => t.add(loss),
                 None => loss,
@@ -291,6 +434,8 @@ pub fn train(
         }
         let grads = GradientsParams::from_grads(loss.backward(), &net);
         net = optim.step(lr, net, grads);
+        let seconds = started.elapsed().as_secs_f64();
+        let evaluate_now = step + 1 == end || (opts.eval_every > 0 && (step + 1) % opts.eval_every == 0);
         last = StepStats {
             step: step + 1,
             total: opts.steps,
@@ -298,6 +443,9 @@ pub fn train(
             lambda: if opts.domino { lam } else { 0.0 },
             lr,
             slot_accuracy: acc.iter().map(|&(c, n)| c as f64 / n.max(1) as f64).collect(),
+            columns: columns as f64 / opts.batch as f64,
+            seconds,
+            eval: if evaluate_now { eval(&net) } else { None },
         };
         on_step(&last);
         if (step + 1) % opts.save_every == 0 || step + 1 == end {
@@ -308,7 +456,7 @@ pub fn train(
     if start >= opts.steps {
         export(out, &net, &cfg, target_cfg)?;
     }
-    Ok(TrainSummary { resumed_from: start, steps: end, last, init, config: cfg })
+    Ok(TrainSummary { resumed_from: start, steps: end, last, init, config: cfg, initial_eval })
 }
 
 fn save(dir: &Path, net: &DrafterNet, optim: &ModuleOptimizer, step: usize, rng: &Rng, opts: &TrainOptions) -> Result<()> {
