@@ -48,3 +48,6 @@ wasm-bindgen --target web --out-dir web/pkg "$CARGO_TARGET_DIR/$target/release/d
 raw=$(stat -c %s web/pkg/domino_web_bg.wasm)
 gz=$(gzip -9 -c web/pkg/domino_web_bg.wasm | wc -c)
 echo "build.sh: web/pkg/domino_web_bg.wasm $raw bytes ($gz gzipped)"
+if [[ ! -f web/models/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
+    echo "build.sh: the page's default model and drafter are not in web/models/ yet: bash web/fetch-models.sh"
+fi
