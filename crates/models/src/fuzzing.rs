@@ -62,7 +62,7 @@ pub fn gguf(bytes: &[u8]) {
         let (d, data) = g.tensor_data(&t.name).expect("a parsed tensor's data").expect("a listed tensor");
         assert_eq!(d, dtype);
         let expected = match dtype {
-            domino_engine::HostDType::Quant(q) => Some(elements / 32 * q.block_bytes() as u64),
+            domino_engine::HostDType::Quant(q) => Some(elements / q.block_values() as u64 * q.block_bytes() as u64),
             domino_engine::HostDType::F32 => elements.checked_mul(4),
             _ => elements.checked_mul(2),
         };

@@ -167,3 +167,15 @@ fn write_fuzz_seeds() {
     let cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(qwen3_dir.join("tokenizer_config.json")).unwrap()).unwrap();
     write(&ct, "qwen3.jinja", cfg["chat_template"].as_str().unwrap().as_bytes());
 }
+
+#[test]
+fn gguf_invariants_hold_for_k_quant_and_q5_files() {
+    // 256-value super-blocks: the invariants' byte sizes must follow each type's block, not 32.
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = TinySpec { hidden: 256, layers: 2, heads: 4, kv_heads: 2, head_dim: 48, intermediate: 512, vocab: 300, ..TinySpec::default() };
+    for ftype in ["q4_k_m", "q5_k_m", "q6_k", "q5_0", "q5_1"] {
+        let p = tmp.path().join(format!("{ftype}.gguf"));
+        domino_models::gguf_writer::write_tiny_gguf_as(&p, &spec, domino_models::gguf_writer::FileType::parse(ftype).unwrap()).unwrap();
+        domino_models::fuzzing::gguf(&std::fs::read(&p).unwrap());
+    }
+}
