@@ -121,7 +121,7 @@ impl Domino {
     /// `load({ model, draft, onProgress, dtype })`: `model` is a GGUF file (a URL ending in `.gguf`,
     /// or a File), a base URL of a model folder, or an array of File objects; the optional `draft` is
     /// a drafter folder (URL or File[]). `dtype`: auto (default: GGUF blocks stay quantized), f16,
-    /// f32, q8_0, q4_0, q4_1. `onProgress(loadedBytes, totalBytes, fileName, phase)` with phase
+    /// f32 or a block type (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k). `onProgress(loadedBytes, totalBytes, fileName, phase)` with phase
     /// "download" (fetching into the cache) or "upload" (tensors to the GPU).
     pub fn load(&self, opts: JsValue) -> js_sys::Promise {
         exclusive(&self.state, move |state| async move {
@@ -130,7 +130,7 @@ impl Domino {
             let draft = o.raw("draft");
             let dtype_name = o.string("dtype").map_err(WebError::Usage)?.unwrap_or_else(|| "auto".into());
             let dtype = DTypeChoice::parse(&dtype_name)
-                .ok_or_else(|| WebError::Usage(format!("load: dtype '{dtype_name}': expected auto, f16, f32, q8_0, q4_0 or q4_1")))?;
+                .ok_or_else(|| WebError::Usage(format!("load: dtype '{dtype_name}': expected auto, f16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k")))?;
             let progress = Progress::new(o.function("onProgress").map_err(WebError::Usage)?);
             let mut s = state.try_borrow_mut().map_err(|_| WebError::Busy)?;
             // Free the previous model's buffers before uploading the next one.
