@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Training prompts for the SmolLM2 drafter, from the Python standard library (NOT HumanEval).
 
-Each prompt is a top-level function's signature and docstring, the way a code-completion request
-starts ("def name(args):\n    \"\"\"doc\"\"\"\n"); the target model writes the body. Deterministic:
-modules in sorted order, functions in file order, the first N that qualify.
+Code prompts (--count): a top-level function's signature and docstring, the way a code-completion
+request starts ("def name(args):\n    \"\"\"doc\"\"\"\n"); the target model writes the body.
+Chat prompts (--chat-count, written with "chat": true so `train data` wraps them in the chat
+template): requests built from other stdlib functions' summaries ("Write a Python function ...",
+"Explain what ... does", "How would I use ...") and general questions from a fixed topic list.
+Deterministic: modules in sorted order, functions in file order, picks spread evenly.
 
-    python3 scripts/drafter-prompts.py --count 400 --out prompts.jsonl
+    python3 scripts/drafter-prompts.py --count 400 --chat-count 300 --out prompts.jsonl
 """
 import argparse
 import ast
@@ -35,12 +38,55 @@ def functions(path):
         text = "".join(lines[start:first.end_lineno])
         if len(text) > 1200 or not node.body[1:]:
             continue
-        yield text if text.endswith("\n") else text + "\n"
+        yield {
+            "code": text if text.endswith("\n") else text + "\n",
+            "name": node.name,
+            "module": os.path.splitext(os.path.basename(path))[0],
+            "args": ast.unparse(node.args),
+            "summary": doc.strip().split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip("."),
+        }
+
+
+TOPICS = [
+    "the water cycle", "photosynthesis", "how vaccines work", "black holes", "the French Revolution",
+    "compound interest", "how a CPU executes instructions", "the causes of seasons", "plate tectonics",
+    "how the internet routes packets", "machine learning", "the history of the printing press",
+    "healthy sleep habits", "how to start running", "the difference between weather and climate",
+    "how rainbows form", "the Roman Empire", "renewable energy", "how bread rises", "public key cryptography",
+    "the immune system", "supply and demand", "how airplanes fly", "the solar system", "recycling",
+    "version control with git", "time management", "how to learn a new language", "volcanoes", "the Moon landing",
+]
+TOPIC_TEMPLATES = [
+    "Explain {t} in simple terms.",
+    "Write a short paragraph about {t}.",
+    "What are three interesting facts about {t}?",
+    "Can you give me a brief overview of {t}?",
+]
+GREETINGS = ["Hello", "Hi!", "Hello, who are you?", "Good morning! How are you?", "Hey, can you help me?", "Hi, what can you do?"]
+CHAT_TEMPLATES = [
+    "Write a Python function `{name}({args})` that does the following: {summary}.",
+    "Explain what the Python function `{module}.{name}` does, with a short example.",
+    "How would I use `{module}.{name}` in a Python program? Its documentation says: {summary}.",
+]
+
+
+def chat_prompts(functions, count):
+    """`count` chat requests: greetings, topic questions, then requests about stdlib functions."""
+    fixed = GREETINGS + [t.format(t=topic) for topic in TOPICS for t in TOPIC_TEMPLATES]
+    out = fixed[:count]
+    need = count - len(out)
+    if need > 0:
+        step = len(functions) / need
+        for i in range(need):
+            f = functions[int(i * step + step / 2) % len(functions)]
+            out.append(CHAT_TEMPLATES[i % len(CHAT_TEMPLATES)].format(**f))
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--count", type=int, default=400)
+    ap.add_argument("--count", type=int, default=400, help="code-completion prompts")
+    ap.add_argument("--chat-count", type=int, default=0, help="chat prompts (written with \"chat\": true)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     stdlib = sysconfig.get_paths()["stdlib"]
@@ -54,11 +100,14 @@ def main():
         raise SystemExit(f"only {len(prompts)} functions with docstrings found in {stdlib}")
     # Spread the picks over the whole library rather than the first modules alphabetically.
     step = len(prompts) / args.count
-    picked = [prompts[int(i * step)] for i in range(args.count)]
+    picked = [prompts[int(i * step)]["code"] for i in range(args.count)]
+    chats = chat_prompts(prompts, args.chat_count)
     with open(args.out, "w", encoding="utf-8") as f:
         for p in picked:
             f.write(json.dumps({"prompt": p}) + "\n")
-    print(f"wrote {args.out}: {len(picked)} prompts from {len(prompts)} stdlib functions in {stdlib}")
+        for p in chats:
+            f.write(json.dumps({"prompt": p, "chat": True}) + "\n")
+    print(f"wrote {args.out}: {len(picked)} code and {len(chats)} chat prompts from {len(prompts)} stdlib functions in {stdlib}")
 
 
 if __name__ == "__main__":

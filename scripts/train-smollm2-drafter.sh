@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Reproduces the shipped SmolLM2 drafter (drafters/smollm2-135m-instruct-domino/) in one command, on
-# the CPU and the software Vulkan adapter of a 2-core machine (about 1.5 hours here: data ~45 min,
-# 400 training steps ~35-45 min):
+# the 2-core build machine (about 2 hours: data ~75 min, training ~40 min):
 #
 #   bash scripts/train-smollm2-drafter.sh [OUT_DIR]     # default OUT_DIR: drafters/smollm2-135m-instruct-domino
 #
-# 1. prompts: 160 function signatures + docstrings of the Python standard library
-#    (scripts/drafter-prompts.py; NOT HumanEval, which evaluates the drafter),
-# 2. `domino train data`: SmolLM2-135M-Instruct's own greedy continuations (96 tokens each) and its
-#    features at target layers 1, 8, 14, 20, 27, through the engine (Q4_1 weights, as at inference),
-# 3. `domino train drafter`: burn on the CPU, base-anchored curriculum (spec §6), one draft layer
-#    initialised from the target's last layer, block 8, Domino head (emb 64, GRU 128).
+# 1. prompts: 800 function signatures + docstrings of the Python standard library and 192 chat
+#    requests (greetings, general questions, requests about other stdlib functions), from
+#    scripts/drafter-prompts.py; NOT HumanEval, which evaluates the drafter,
+# 2. `domino train data --device cpu`: SmolLM2-135M-Instruct's own greedy continuations (up to 192
+#    tokens each; >= 150k tokens in all) and its features at target layers 1, 8, 14, 20, 27, from the
+#    native CPU forward of the same Q4_1 weights (docs/training.md: the same text as the engine),
+# 3. `domino train drafter --loss sampled`: burn on the CPU, base-anchored curriculum (spec §6), one
+#    draft layer initialised from the target's last layer, block 8, Domino head (emb 64, GRU 128),
+#    the sampled softmax (1024 frequent + 1024 sampled candidates), 32 sequences held out.
 # Both steps resume where they stopped when the command is run again (work files in $WORK).
 set -euo pipefail
 
@@ -18,22 +20,21 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 out="${1:-drafters/smollm2-135m-instruct-domino}"
 cache="${DOMINO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/domino}"
-work="${WORK:-$cache/smollm2-drafter-work}"
-# The shipped drafter is step 400 of a 700-step schedule (the session that trained it ran out of
-# time there): --stop-after 400 reproduces it; STOP_AFTER=700 runs the whole schedule.
-steps="${STEPS:-700}"
-stop_after="${STOP_AFTER:-400}"
+work="${WORK:-$cache/smollm2-drafter-work3}"
+steps="${STEPS:-1200}"
+stop_after="${STOP_AFTER:-$steps}"
 mkdir -p "$work"
 
 bash scripts/setup.sh
 cargo build --release -p domino-cli
 domino="$root/target/release/domino"
 
-python3 scripts/drafter-prompts.py --count 160 --out "$work/prompts.jsonl"
-"$domino" train data --prompts "$work/prompts.jsonl" --out "$work/data" --max-new-tokens 96 --dtype auto --shard-size 16
+python3 scripts/drafter-prompts.py --count 800 --chat-count 192 --out "$work/prompts.jsonl"
+"$domino" train data --prompts "$work/prompts.jsonl" --out "$work/data" --max-new-tokens 192 \
+    --shard-size 32 --batch 32 --device cpu
 "$domino" train drafter --data "$work/data" --out "$work/drafter" --layers 1 --block-size 8 \
-    --emb-dim 64 --gru-hidden 128 --steps "$steps" --batch 4 --anchors 32 --lr 6e-4 --decay-ratio 0.5 \
-    --save-every 100 --seed 0 --stop-after "$stop_after"
+    --emb-dim 64 --gru-hidden 128 --steps "$steps" --batch 8 --anchors 32 --lr 6e-4 --decay-ratio 0.5 \
+    --loss sampled --eval-seqs 32 --eval-every 400 --save-every 100 --seed 0 --stop-after "$stop_after"
 mkdir -p "$out"
 cp "$work/drafter/config.json" "$out/"
 # f16 on disk: half the size, the same GPU weights (the engine stores drafters as f16 by default).

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use domino_models::drafter::default_target_layer_ids;
 use domino_models::tokenizer::{ChatMessage, TextTokenizer};
 use domino_models::open_model;
-use domino_train::distill::{generate_data, DistillOptions};
+use domino_train::distill::{generate_data, generate_data_cpu, DistillOptions};
 use domino_train::{EvalStats, LossKind, TrainError, TrainOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -32,8 +32,8 @@ struct DataArgs {
     /// Target model folder or Hugging Face repo id (default: the built-in tiny Qwen3).
     #[arg(long)]
     model: Option<String>,
-    /// Prompts: a .jsonl file of {"prompt": "..."} or {"prompt_ids": [...]} objects, or any other
-    /// file with one prompt per line.
+    /// Prompts: a .jsonl file of {"prompt": "..."} or {"prompt_ids": [...]} objects (a text prompt
+    /// may add "chat": true or false, overriding --chat), or any other file with one prompt per line.
     #[arg(long)]
     prompts: PathBuf,
     #[arg(long)]
@@ -57,8 +57,14 @@ struct DataArgs {
     /// them; the same tokens and features as --batch 1, which decodes one prompt at a time).
     #[arg(long, default_value_t = 8)]
     batch: usize,
+    /// Weight storage on the GPU (`--device gpu`).
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Where the target runs: `gpu` (the engine, on --backend/--adapter) or `cpu` (a native f32
+    /// forward with GEMMs over all rows of a step, far faster where the only adapter is a CPU
+    /// rasterizer; the same greedy text up to float rounding).
+    #[arg(long, default_value = "gpu")]
+    device: String,
     #[arg(long, default_value = "auto")]
     backend: String,
     #[arg(long)]
@@ -168,7 +174,7 @@ fn read_prompts(path: &Path, tok: Option<&TextTokenizer>, chat: bool) -> Result<
     let p = path.display();
     let text = std::fs::read_to_string(path).map_err(|e| CliError::Usage(format!("--prompts {p}: {e}")))?;
     let jsonl = path.extension().is_some_and(|e| e == "jsonl");
-    let encode = |s: &str, line: usize| -> Result<Vec<u32>, CliError> {
+    let encode = |s: &str, line: usize, chat: bool| -> Result<Vec<u32>, CliError> {
         let tok = tok.ok_or_else(|| CliError::Usage(format!("--prompts {p}: line {line}: text prompts need the model's tokenizer.json (or use prompt_ids)")))?;
         let s = if chat { tok.apply_chat_template(&[ChatMessage::new("user", s)], true, false)? } else { s.to_string() };
         Ok(tok.encode(&s)?)
@@ -180,12 +186,17 @@ fn read_prompts(path: &Path, tok: Option<&TextTokenizer>, chat: bool) -> Result<
             continue;
         }
         if !jsonl {
-            out.push(encode(line, line_no)?);
+            out.push(encode(line, line_no, chat)?);
             continue;
         }
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| CliError::Usage(format!("--prompts {p}: line {line_no}: malformed JSON: {e}")))?;
+        // A line's own "chat": true/false overrides --chat (one file can mix completions and chats).
+        let chat = match v.get("chat") {
+            None => chat,
+            Some(c) => c.as_bool().ok_or_else(|| CliError::Usage(format!("--prompts {p}: line {line_no}: \"chat\" must be true or false")))?,
+        };
         let ids = if let Some(s) = v.get("prompt").and_then(|s| s.as_str()) {
-            encode(s, line_no)?
+            encode(s, line_no, chat)?
         } else if let Some(a) = v.get("prompt_ids").and_then(|a| a.as_array()) {
             a.iter()
                 .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
@@ -206,12 +217,27 @@ fn read_prompts(path: &Path, tok: Option<&TextTokenizer>, chat: bool) -> Result<
 }
 
 fn data(a: DataArgs) -> Result<(), CliError> {
-    let format = parse_dtype(&a.dtype)?;
     let dir = model_dir::resolve(a.model.as_deref())?;
-    let gpu = open_gpu(&a.backend, a.adapter, "auto", "auto")?;
-    let loaded = load_model(gpu, &dir, format, false)?;
-    let prompts = read_prompts(&a.prompts, loaded.tokenizer.as_ref(), a.chat)?;
-    let layers = loaded.model.config.num_layers;
+    enum Target {
+        Gpu(crate::load::Loaded),
+        Cpu(domino_train::cpu_target::CpuTarget),
+    }
+    let (target, tokenizer, stop_ids, layers) = match a.device.as_str() {
+        "gpu" => {
+            let format = parse_dtype(&a.dtype)?;
+            let gpu = open_gpu(&a.backend, a.adapter, "auto", "auto")?;
+            let loaded = load_model(gpu, &dir, format, false)?;
+            let (tok, stops, layers) = (loaded.tokenizer.clone(), loaded.stop_ids.clone(), loaded.model.config.num_layers);
+            (Target::Gpu(loaded), tok, stops, layers)
+        }
+        "cpu" => {
+            let files = open_model(&dir)?;
+            let target = domino_train::cpu_target::CpuTarget::load(files.config.clone(), files.weights.as_ref()).map_err(train_error)?;
+            (Target::Cpu(target), files.tokenizer, files.stop_ids, files.config.num_layers)
+        }
+        other => return Err(CliError::Usage(format!("--device {other}: expected gpu or cpu"))),
+    };
+    let prompts = read_prompts(&a.prompts, tokenizer.as_ref(), a.chat)?;
     let ids = match a.target_layer_ids {
         Some(ids) => ids,
         None => default_target_layer_ids(layers, 5.min(layers)).filter(|_| layers >= 5).unwrap_or(vec![layers / 2]),
@@ -220,7 +246,7 @@ fn data(a: DataArgs) -> Result<(), CliError> {
         max_new_tokens: a.max_new_tokens,
         shard_size: a.shard_size,
         target_layer_ids: ids.clone(),
-        stop_ids: loaded.stop_ids.clone(),
+        stop_ids,
         ignore_eos: a.ignore_eos,
         batch: a.batch,
     };
@@ -228,23 +254,28 @@ fn data(a: DataArgs) -> Result<(), CliError> {
     pb.set_message("distilling");
     let logged_to_terminal = std::io::stderr().is_terminal();
     let started = std::time::Instant::now();
-    let summary = generate_data(&loaded.model, &prompts, &a.out, &opts, &mut |done, total| {
+    let mut progress = |done: usize, total: usize| {
         if !logged_to_terminal && (done % a.shard_size == 0 || done == total) {
             eprintln!("{done}/{total} prompts distilled");
         }
         pb.set_position(done as u64)
-    })
+    };
+    let summary = match &target {
+        Target::Gpu(loaded) => generate_data(&loaded.model, &prompts, &a.out, &opts, &mut progress),
+        Target::Cpu(cpu) => generate_data_cpu(cpu, &prompts, &a.out, &opts, &mut progress),
+    }
     .map_err(train_error)?;
     pb.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     eprintln!(
-        "wrote {}: {} prompts, features of target layers {ids:?}; {} shards written, {} already complete, {} tokens generated in {seconds:.1} s ({:.2} tok/s, --batch {})",
+        "wrote {}: {} prompts, features of target layers {ids:?}; {} shards written, {} already complete, {} tokens generated in {seconds:.1} s ({:.2} tok/s, --device {} --batch {})",
         a.out.display(),
         prompts.len(),
         summary.shards_written,
         summary.shards_skipped,
         summary.generated_tokens,
         summary.generated_tokens as f64 / seconds.max(1e-9),
+        a.device,
         a.batch
     );
     Ok(())

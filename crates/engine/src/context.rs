@@ -693,7 +693,7 @@ impl Gpu {
 }
 
 /// MemAvailable from /proc/meminfo (Linux), the memory a CPU adapter's device can still take.
-fn host_available_memory() -> Option<u64> {
+pub fn host_available_memory() -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
         let text = std::fs::read_to_string("/proc/meminfo").ok()?;

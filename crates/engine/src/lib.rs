@@ -13,7 +13,7 @@ pub mod step;
 pub mod tensor;
 pub mod testing;
 
-pub use context::{list_adapters, AdapterSummary, BackendChoice, Caps, Gpu, GpuBuffer, GpuOptions, GpuTexture, KernelChoice, Resource};
+pub use context::{host_available_memory, list_adapters, AdapterSummary, BackendChoice, Caps, Gpu, GpuBuffer, GpuOptions, GpuTexture, KernelChoice, Resource};
 pub use error::{EngineError, Result};
 pub use kernels::{Epilogue, Rows, SamplingConfig};
 pub use step::Step;

@@ -14,6 +14,7 @@ use crate::error::{Result, TrainError};
 use domino_engine::Step;
 use domino_models::qwen3::{Capture, Forward};
 use domino_models::Qwen3Model;
+use crate::cpu_target::{CpuTarget, Row};
 use domino_runtime::{BatchEvent, Batcher, GenerateOptions, Session, BATCH_MAX_ROWS};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -51,44 +52,7 @@ pub fn generate_data(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<DistillSummary> {
     let c = &model.config;
-    if prompts.is_empty() {
-        return Err(TrainError::Invalid("no prompts".into()));
-    }
-    if opts.shard_size == 0 || opts.max_new_tokens == 0 || opts.batch == 0 {
-        return Err(TrainError::Invalid("--shard-size, --max-new-tokens and --batch must be positive".into()));
-    }
-    if opts.target_layer_ids.is_empty() {
-        return Err(TrainError::Invalid("target_layer_ids must not be empty".into()));
-    }
-    if let Some(&l) = opts.target_layer_ids.iter().find(|&&l| l >= c.num_layers) {
-        return Err(TrainError::Invalid(format!("target layer id {l} is out of range: the target has {} layers", c.num_layers)));
-    }
-    if let Some((i, _)) = prompts.iter().enumerate().find(|(_, p)| p.is_empty()) {
-        return Err(TrainError::Invalid(format!("prompt {i} is empty")));
-    }
-    let meta = DataMeta {
-        format: FORMAT.into(),
-        hidden_size: c.hidden_size,
-        num_target_layers: c.num_layers,
-        vocab_size: c.vocab_size,
-        target_layer_ids: opts.target_layer_ids.clone(),
-        max_new_tokens: opts.max_new_tokens,
-        shard_size: opts.shard_size,
-        num_prompts: prompts.len(),
-        prompts_hash: prompts_hash(prompts),
-    };
-    std::fs::create_dir_all(out).map_err(crate::error::io(out))?;
-    if out.join("meta.json").exists() {
-        let old = DataMeta::read(out)?;
-        if old != meta {
-            return Err(TrainError::Invalid(format!(
-                "{} holds data made with other settings or prompts ({old:?}); use a new --out folder",
-                out.display()
-            )));
-        }
-    }
-    meta.write(out)?;
-
+    let meta = prepare(c, prompts, out, opts)?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let capacity = longest + opts.max_new_tokens;
     if opts.batch > 1 {
@@ -128,6 +92,98 @@ pub fn generate_data(
     Ok(summary)
 }
 
+/// Check the options and prompts, and write (or check against an earlier run's) `meta.json`.
+fn prepare(c: &domino_models::Qwen3Config, prompts: &[Vec<u32>], out: &Path, opts: &DistillOptions) -> Result<DataMeta> {
+    if prompts.is_empty() {
+        return Err(TrainError::Invalid("no prompts".into()));
+    }
+    if opts.shard_size == 0 || opts.max_new_tokens == 0 || opts.batch == 0 {
+        return Err(TrainError::Invalid("--shard-size, --max-new-tokens and --batch must be positive".into()));
+    }
+    if opts.target_layer_ids.is_empty() {
+        return Err(TrainError::Invalid("target_layer_ids must not be empty".into()));
+    }
+    if let Some(&l) = opts.target_layer_ids.iter().find(|&&l| l >= c.num_layers) {
+        return Err(TrainError::Invalid(format!("target layer id {l} is out of range: the target has {} layers", c.num_layers)));
+    }
+    if let Some((i, _)) = prompts.iter().enumerate().find(|(_, p)| p.is_empty()) {
+        return Err(TrainError::Invalid(format!("prompt {i} is empty")));
+    }
+    let meta = DataMeta {
+        format: FORMAT.into(),
+        hidden_size: c.hidden_size,
+        num_target_layers: c.num_layers,
+        vocab_size: c.vocab_size,
+        target_layer_ids: opts.target_layer_ids.clone(),
+        max_new_tokens: opts.max_new_tokens,
+        shard_size: opts.shard_size,
+        num_prompts: prompts.len(),
+        prompts_hash: prompts_hash(prompts),
+    };
+    std::fs::create_dir_all(out).map_err(crate::error::io(out))?;
+    if out.join("meta.json").exists() {
+        let old = DataMeta::read(out)?;
+        if old != meta {
+            return Err(TrainError::Invalid(format!(
+                "{} holds data made with other settings or prompts ({old:?}); use a new --out folder",
+                out.display()
+            )));
+        }
+    }
+    meta.write(out)?;
+
+    Ok(meta)
+}
+
+/// A decoder of many prompts at once (the GPU batcher, or the CPU target): greedy continuations
+/// with the features of every position, each prompt reported when it finishes.
+trait BatchDecoder {
+    fn has_free_slot(&self) -> bool;
+    /// Start decoding prompt number `index`.
+    fn admit(&mut self, index: usize, prompt: &[u32]) -> Result<()>;
+    fn is_idle(&self) -> bool;
+    /// One step for every admitted prompt; the prompts finished in it.
+    fn step(&mut self) -> Result<Vec<Finished>>;
+}
+
+struct Finished {
+    index: usize,
+    output_ids: Vec<u32>,
+    /// `[prompt + output tokens][layers · hidden]`.
+    features: Vec<f32>,
+}
+
+/// The engine's continuous batcher with feature capture.
+struct GpuDecoder<'a> {
+    batcher: Batcher<'a>,
+    gen: GenerateOptions,
+    prompt_of: HashMap<domino_runtime::SequenceId, usize>,
+}
+
+impl BatchDecoder for GpuDecoder<'_> {
+    fn has_free_slot(&self) -> bool {
+        self.batcher.has_free_slot()
+    }
+    fn admit(&mut self, index: usize, prompt: &[u32]) -> Result<()> {
+        let id = self.batcher.admit(prompt.to_vec(), self.gen.clone())?;
+        self.prompt_of.insert(id, index);
+        Ok(())
+    }
+    fn is_idle(&self) -> bool {
+        self.batcher.is_idle()
+    }
+    fn step(&mut self) -> Result<Vec<Finished>> {
+        let mut done = Vec::new();
+        for event in pollster::block_on(self.batcher.step())? {
+            let BatchEvent::Finished { id, generation } = event else { continue };
+            let index = self.prompt_of.remove(&id).ok_or_else(|| TrainError::Invalid(format!("the batcher finished an unknown sequence {id}")))?;
+            let features = self.batcher.take_features(id).unwrap_or_default();
+            done.push(Finished { index, output_ids: generation.output_ids, features });
+        }
+        Ok(done)
+    }
+}
+
 /// The batched path: up to `opts.batch` prompts decode together (in prompt order, a finished one's
 /// slot going to the next prompt at once, across shard boundaries); a shard is written as soon as
 /// all its sequences are done.
@@ -140,13 +196,45 @@ fn generate_batched(
     capacity: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<DistillSummary> {
-    let width = meta.feature_width();
     let gen = GenerateOptions {
         max_tokens: opts.max_new_tokens,
         ignore_eos: opts.ignore_eos,
         stop_ids: opts.stop_ids.clone(),
         ..GenerateOptions::default()
     };
+    let slots = opts.batch.min(prompts.len());
+    let make = || -> Result<GpuDecoder<'_>> {
+        let mut batcher = Batcher::new(model, slots, capacity, BATCH_MAX_ROWS.max(slots))?;
+        batcher.capture_features(&opts.target_layer_ids)?;
+        Ok(GpuDecoder { batcher, gen, prompt_of: HashMap::new() })
+    };
+    run_batched(make, prompts, out, opts, meta, progress)
+}
+
+/// Self-distillation data through the CPU target (`train data --device cpu`): the same folder
+/// format and resuming as [`generate_data`], `opts.batch` prompts decoded at once.
+pub fn generate_data_cpu(
+    target: &CpuTarget,
+    prompts: &[Vec<u32>],
+    out: &Path,
+    opts: &DistillOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<DistillSummary> {
+    let meta = prepare(&target.config, prompts, out, opts)?;
+    let make = || -> Result<CpuDecoder<'_>> { Ok(CpuDecoder::new(target, opts)) };
+    run_batched(make, prompts, out, opts, &meta, progress)
+}
+
+/// The shard bookkeeping shared by both decoders; `make` builds the decoder once there is work.
+fn run_batched<'a, D: BatchDecoder>(
+    make: impl FnOnce() -> Result<D>,
+    prompts: &[Vec<u32>],
+    out: &Path,
+    opts: &DistillOptions,
+    meta: &DataMeta,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<DistillSummary> {
+    let width = meta.feature_width();
     let mut summary = DistillSummary::default();
     let mut done = 0;
     // Shards still to write: their sequences so far, and how many are missing.
@@ -165,29 +253,22 @@ fn generate_batched(
     if queue.is_empty() {
         return Ok(summary);
     }
-    let slots = opts.batch.min(queue.len());
-    let mut batcher = Batcher::new(model, slots, capacity, BATCH_MAX_ROWS.max(slots))?;
-    batcher.capture_features(&opts.target_layer_ids)?;
-    let mut prompt_of = HashMap::new();
+    let mut decoder = make()?;
     loop {
-        while batcher.has_free_slot() {
+        while decoder.has_free_slot() {
             let Some(i) = queue.pop_front() else { break };
-            let id = batcher.admit(prompts[i].clone(), gen.clone())?;
-            prompt_of.insert(id, i);
+            decoder.admit(i, &prompts[i])?;
         }
-        if batcher.is_idle() {
+        if decoder.is_idle() {
             break;
         }
-        for event in pollster::block_on(batcher.step())? {
-            let BatchEvent::Finished { id, generation } = event else { continue };
-            let i = prompt_of.remove(&id).ok_or_else(|| TrainError::Invalid(format!("the batcher finished an unknown sequence {id}")))?;
-            let features = batcher.take_features(id).unwrap_or_default();
+        for Finished { index: i, output_ids, features } in decoder.step()? {
             let prompt = &prompts[i];
-            let tokens: Vec<u32> = prompt.iter().chain(&generation.output_ids).copied().collect();
+            let tokens: Vec<u32> = prompt.iter().chain(&output_ids).copied().collect();
             if features.len() != tokens.len() * width {
                 return Err(TrainError::Invalid(format!("prompt {i}: {} feature values captured for {} tokens", features.len(), tokens.len())));
             }
-            summary.generated_tokens += generation.output_ids.len();
+            summary.generated_tokens += output_ids.len();
             let features = features.into_iter().map(half::f16::from_f32).collect();
             let (index, j) = (i / opts.shard_size, i % opts.shard_size);
             let Some((seqs, missing)) = pending.get_mut(&index) else { continue };
@@ -206,6 +287,86 @@ fn generate_batched(
         }
     }
     Ok(summary)
+}
+
+/// A prompt being decoded by the CPU target.
+struct CpuSlot {
+    index: usize,
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// Positions whose row has been fed (their keys are in the cache, their features below).
+    fed: usize,
+    features: Vec<f32>,
+    /// The continuation is complete; its last token still needs its feature row.
+    stopping: bool,
+}
+
+struct CpuDecoder<'a> {
+    target: &'a CpuTarget,
+    opts: &'a DistillOptions,
+    slots: Vec<Option<CpuSlot>>,
+    caches: Vec<crate::cpu_target::KvCache>,
+}
+
+impl<'a> CpuDecoder<'a> {
+    fn new(target: &'a CpuTarget, opts: &'a DistillOptions) -> Self {
+        Self { target, opts, slots: (0..opts.batch).map(|_| None).collect(), caches: Vec::new() }
+    }
+}
+
+impl BatchDecoder for CpuDecoder<'_> {
+    fn has_free_slot(&self) -> bool {
+        self.slots.iter().any(Option::is_none)
+    }
+    fn admit(&mut self, index: usize, prompt: &[u32]) -> Result<()> {
+        let free = self.slots.iter().position(Option::is_none).ok_or_else(|| TrainError::Invalid("no free slot".into()))?;
+        let capacity = prompt.len() + self.opts.max_new_tokens;
+        if self.caches.len() <= free {
+            self.caches.resize_with(free + 1, || self.target.new_cache(0));
+        }
+        self.caches[free] = self.target.new_cache(capacity);
+        self.slots[free] = Some(CpuSlot { index, tokens: prompt.to_vec(), prompt_len: prompt.len(), fed: 0, features: Vec::new(), stopping: false });
+        Ok(())
+    }
+    fn is_idle(&self) -> bool {
+        self.slots.iter().all(Option::is_none)
+    }
+    fn step(&mut self) -> Result<Vec<Finished>> {
+        // Every slot feeds all its unfed positions: a new prompt whole, a decoding one its last token.
+        let mut rows = Vec::new();
+        for (seq, slot) in self.slots.iter().enumerate() {
+            let Some(s) = slot else { continue };
+            let last = s.tokens.len() - 1;
+            for pos in s.fed..s.tokens.len() {
+                rows.push(Row { seq, pos, token: s.tokens[pos], logits: pos == last && !s.stopping });
+            }
+        }
+        let width = self.opts.target_layer_ids.len() * self.target.config.hidden_size;
+        let out = self.target.step(&rows, &mut self.caches, &self.opts.target_layer_ids)?;
+        let mut next = out.next_tokens.into_iter();
+        for (r, row) in rows.iter().enumerate() {
+            let Some(s) = self.slots[row.seq].as_mut() else { continue };
+            s.features.extend_from_slice(&out.features[r * width..][..width]);
+            s.fed = row.pos + 1;
+            if !row.logits {
+                continue;
+            }
+            let token = next.next().ok_or_else(|| TrainError::Invalid("the CPU target returned too few tokens".into()))?;
+            s.tokens.push(token);
+            let generated = s.tokens.len() - s.prompt_len;
+            let eos = !self.opts.ignore_eos && self.opts.stop_ids.contains(&token);
+            s.stopping = eos || generated >= self.opts.max_new_tokens;
+        }
+        let mut done = Vec::new();
+        for slot in &mut self.slots {
+            if slot.as_ref().is_some_and(|s| s.stopping && s.fed == s.tokens.len()) {
+                if let Some(s) = slot.take() {
+                    done.push(Finished { index: s.index, output_ids: s.tokens[s.prompt_len..].to_vec(), features: s.features });
+                }
+            }
+        }
+        Ok(done)
+    }
 }
 
 /// Features of every position of `tokens` `[n][k·h]` (f16), in passes of CAPTURE_ROWS rows.

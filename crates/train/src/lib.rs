@@ -5,6 +5,7 @@
 //! The burn device is chosen at run time: [`cpu_device`] always works; with the `wgpu` cargo
 //! feature, [`wgpu_device`] trains on a GPU through burn's own wgpu runtime.
 
+pub mod cpu_target;
 pub mod data;
 pub mod distill;
 pub mod draft;
