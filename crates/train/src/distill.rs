@@ -34,6 +34,13 @@ pub struct DistillOptions {
     pub batch: usize,
 }
 
+impl DistillOptions {
+    /// Greedy decoding to `max_new_tokens`, stopping at `stop_ids` unless `ignore_eos`.
+    fn generate_options(&self) -> GenerateOptions {
+        GenerateOptions { max_tokens: self.max_new_tokens, ignore_eos: self.ignore_eos, stop_ids: self.stop_ids.clone(), ..GenerateOptions::default() }
+    }
+}
+
 /// What a run did: shards found complete from an earlier run, shards written now, tokens generated now.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DistillSummary {
@@ -62,12 +69,7 @@ pub fn generate_data(
     let state = model.new_state(capacity, CAPTURE_ROWS, 1)?;
     let width = opts.target_layer_ids.len() * c.hidden_size;
     let captured = model.gpu.binding_buffer("captured features", (CAPTURE_ROWS * width * 4) as u64)?;
-    let gen = GenerateOptions {
-        max_tokens: opts.max_new_tokens,
-        ignore_eos: opts.ignore_eos,
-        stop_ids: opts.stop_ids.clone(),
-        ..GenerateOptions::default()
-    };
+    let gen = opts.generate_options();
     let mut summary = DistillSummary::default();
     for (index, chunk) in prompts.chunks(opts.shard_size).enumerate() {
         let first = index * opts.shard_size;
@@ -196,12 +198,7 @@ fn generate_batched(
     capacity: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<DistillSummary> {
-    let gen = GenerateOptions {
-        max_tokens: opts.max_new_tokens,
-        ignore_eos: opts.ignore_eos,
-        stop_ids: opts.stop_ids.clone(),
-        ..GenerateOptions::default()
-    };
+    let gen = opts.generate_options();
     let slots = opts.batch.min(prompts.len());
     let make = || -> Result<GpuDecoder<'_>> {
         let mut batcher = Batcher::new(model, slots, capacity, BATCH_MAX_ROWS.max(slots))?;
