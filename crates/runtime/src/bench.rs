@@ -243,7 +243,7 @@ pub async fn measure<E: From<RuntimeError>>(
             // Run 0 warms up; runs 1..=R per prompt measure throughput without timing syncs; one more
             // run per prompt (the first split_prompts) measures the draft / verify / head split (its
             // syncs would slow the throughput runs).
-            let so = |timing: bool| SpeculativeOptions { use_head, timing, draft_len: plan.draft_len, costs: costs.clone() };
+            let so = |timing: bool| SpeculativeOptions { use_head, timing, draft_len: plan.draft_len, costs: costs.clone(), refine_costs: true };
             spec.generate(&prompts[0], &opts, &so(false), &mut |_| true).await?;
             progress(BenchProgress::Done(name));
             let split_prompts = plan.split_prompts.unwrap_or(prompts.len());

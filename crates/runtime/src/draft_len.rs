@@ -7,6 +7,9 @@
 //!   calibration (cached per model and adapter by the caller) and refined online from every round;
 //! - gain: `AcceptanceModel`, per-position conditional acceptance rates estimated online with a prior
 //!   and exponential forgetting, so a drafter that stops matching the text is quickly drafted less;
+//!   each position's prior is the position before it, so evidence at shallow positions carries deeper;
+//! - climbing: a round that accepted every draft up to the deepest position yet verified is followed
+//!   by a deeper one when perfect acceptance there would pay (optimism under uncertainty);
 //! - probing: after a run of plain steps the scheduler drafts again (with backoff), so it can return
 //!   to drafting when acceptance recovers.
 //!
@@ -84,21 +87,38 @@ impl AcceptanceModel {
         Self { tried: vec![0.0; max_k], accepted: vec![0.0; max_k], prior_rate, prior_weight, forgetting }
     }
 
-    /// P(draft i accepted | drafts before it accepted). A position no recent round reached is
-    /// assumed to accept like the deepest position before it that was observed (so a drafter that
-    /// accepts everything it is given is given more, and a useless one is not), position 0 the prior.
+    /// P(draft i accepted | drafts before it accepted), for every position. Each position's prior is
+    /// the estimate of the position before it (position 0: the prior rate), so a position with little
+    /// evidence accepts like the shallower ones that have more: a drafter that accepts everything it
+    /// is given is trusted deeper, and a useless one is not, while a position's own evidence (a
+    /// drafter that is good early and bad late) overrides the chain.
+    pub fn rates(&self) -> Vec<f64> {
+        let mut prior = self.prior_rate;
+        (0..self.tried.len())
+            .map(|i| {
+                prior = (self.accepted[i] + prior * self.prior_weight) / (self.tried[i] + self.prior_weight);
+                prior
+            })
+            .collect()
+    }
+
     pub fn rate(&self, i: usize) -> f64 {
-        if i > 0 && self.tried[i] < UNOBSERVED {
-            return self.rate(i - 1);
-        }
-        (self.accepted[i] + self.prior_rate * self.prior_weight) / (self.tried[i] + self.prior_weight)
+        self.rates()[i]
     }
 
     /// Expected committed tokens of a round with k drafts: 1 + sum over j <= k of P(first j accepted).
     pub fn expected_tokens(&self, k: usize) -> f64 {
+        self.expected_tokens_optimistic(k, usize::MAX)
+    }
+
+    /// As `expected_tokens`, with every position from `from` on assumed to accept (an upper bound on
+    /// what drafting deeper than the evidence reaches can give).
+    pub fn expected_tokens_optimistic(&self, k: usize, from: usize) -> f64 {
         let (mut total, mut all) = (1.0, 1.0);
-        for i in 0..k.min(self.tried.len()) {
-            all *= self.rate(i);
+        for (i, r) in self.rates().into_iter().enumerate().take(k) {
+            if i < from {
+                all *= r;
+            }
             total += all;
         }
         total
@@ -129,9 +149,6 @@ impl AcceptanceModel {
     }
 }
 
-/// Decayed observations below which a position counts as unobserved.
-const UNOBSERVED: f64 = 0.5;
-
 /// Per-round forgetting of positions a round did not observe.
 const UNSEEN_FORGETTING: f64 = 0.98;
 
@@ -147,6 +164,10 @@ pub struct DraftScheduler {
     pub acceptance: AcceptanceModel,
     plain_streak: usize,
     probe_interval: usize,
+    /// Positions some round has verified since the session (or the last probe) started.
+    explored: usize,
+    /// Set when the last round accepted every draft up to `explored`: drafting deeper may pay.
+    climb: bool,
 }
 
 impl DraftScheduler {
@@ -156,14 +177,19 @@ impl DraftScheduler {
         // An optimistic prior (a session starts by drafting and learns), worth one round, and
         // forgetting 0.9 (about the last ten rounds count).
         let acceptance = AcceptanceModel::new(max_k, 0.8, 1.0, 0.9);
-        Self { mode, costs, acceptance, plain_streak: 0, probe_interval: PROBE_FIRST }
+        Self { mode, costs, acceptance, plain_streak: 0, probe_interval: PROBE_FIRST, explored: 0, climb: false }
+    }
+
+    /// Expected tokens per second of a round with k drafts under the current estimates.
+    fn value(&self, k: usize) -> f64 {
+        self.acceptance.expected_tokens(k) / self.costs.seconds[k].max(1e-12)
     }
 
     /// The k that maximises expected tokens per second under the current estimates.
     pub fn best_k(&self) -> usize {
-        let mut best = (0, self.acceptance.expected_tokens(0) / self.costs.seconds[0].max(1e-12));
+        let mut best = (0, self.value(0));
         for k in 1..=self.costs.max_k() {
-            let rate = self.acceptance.expected_tokens(k) / self.costs.seconds[k].max(1e-12);
+            let rate = self.value(k);
             if rate > best.1 {
                 best = (k, rate);
             }
@@ -178,6 +204,21 @@ impl DraftScheduler {
             DraftLen::Fixed(k) => k.min(max_k),
             DraftLen::Auto => {
                 let k = self.best_k();
+                if std::mem::take(&mut self.climb) {
+                    // The last round accepted everything up to the deepest position yet verified;
+                    // nothing is known beyond it. Draft as deep as pays if every deeper draft were
+                    // accepted, when that beats the best choice on what is known (optimism under
+                    // uncertainty: a drafter that accepts everything reaches its whole block in a
+                    // round or two, and one that does not costs at most one long round per depth).
+                    let best = self.value(k);
+                    let deeper = (self.explored + 1..=max_k)
+                        .map(|d| (d, self.acceptance.expected_tokens_optimistic(d, self.explored) / self.costs.seconds[d].max(1e-12)))
+                        .filter(|&(_, v)| v > best)
+                        .max_by(|a, b| a.1.total_cmp(&b.1));
+                    if let Some((d, _)) = deeper {
+                        return d;
+                    }
+                }
                 if k > 0 || max_k == 0 {
                     return k;
                 }
@@ -187,6 +228,7 @@ impl DraftScheduler {
                 // Probe: forget the evidence that made drafting look useless and draft as the prior
                 // suggests (at least one). If the probe fails, the next one waits twice as long.
                 self.acceptance.reset();
+                self.explored = 0;
                 self.probe_interval = (self.probe_interval * 2).min(PROBE_MAX);
                 self.best_k().max(1)
             }
@@ -196,12 +238,15 @@ impl DraftScheduler {
     /// The round verified k drafts, accepted `accepted` of them, and took `seconds` in all.
     pub fn observe(&mut self, k: usize, accepted: usize, seconds: f64) {
         self.costs.observe(k, seconds);
+        self.climb = false;
         if k == 0 {
             self.plain_streak += 1;
             return;
         }
         self.acceptance.observe(k, accepted);
         self.plain_streak = 0;
+        self.climb = accepted == k && k >= self.explored && k < self.costs.max_k();
+        self.explored = self.explored.max(k.min(accepted + 1));
         if accepted > 0 {
             // The drafter hits again: probe quickly the next time drafting stops paying.
             self.probe_interval = PROBE_FIRST;
@@ -245,6 +290,31 @@ mod tests {
         let mut s = DraftScheduler::new(DraftLen::Auto, costs(7));
         let ks = run(&mut s, 50, |k| k);
         assert!(ks[5..].iter().all(|&k| k == 7), "{ks:?}");
+    }
+
+    /// A CPU-adapter-like table of a 17-row block where a full round costs 8.5 plain steps.
+    fn long_block_costs() -> RoundCosts {
+        RoundCosts { seconds: (0..=16).map(|k| if k == 0 { 1.0 } else { 1.3 + 0.45 * k as f64 }).collect() }
+    }
+
+    #[test]
+    fn a_perfect_drafter_climbs_to_a_long_block_in_a_few_rounds() {
+        let mut s = DraftScheduler::new(DraftLen::Auto, long_block_costs());
+        let ks = run(&mut s, 40, |k| k);
+        let full = ks.iter().position(|&k| k == 16).unwrap();
+        assert!(full <= 3 && ks[full..].iter().all(|&k| k == 16), "{ks:?}");
+    }
+
+    #[test]
+    fn a_successful_probe_keeps_drafting() {
+        // Costs on which the prior does not pay (drafting starts at the first probe) but perfect
+        // acceptance does: once the probe is accepted, every round drafts and k climbs to the block.
+        let costs = RoundCosts { seconds: (0..=7).map(|k| if k == 0 { 1.0 } else { 2.6 + 0.3 * k as f64 }).collect() };
+        let mut s = DraftScheduler::new(DraftLen::Auto, costs);
+        let ks = run(&mut s, 30, |k| k);
+        let first = ks.iter().position(|&k| k > 0).unwrap();
+        assert!(first == PROBE_FIRST && ks[first..].iter().all(|&k| k > 0), "{ks:?}");
+        assert!(ks[first + 4..].iter().all(|&k| k == 7), "{ks:?}");
     }
 
     #[test]
@@ -292,6 +362,6 @@ mod tests {
         }
         assert!((m.rate(0) - 1.0).abs() < 1e-3 && m.rate(1) < 1e-3);
         assert!((m.expected_tokens(3) - 2.0).abs() < 1e-2);
-        assert_eq!(m.rate(2), m.rate(1), "an unseen position accepts like the deepest observed one");
+        assert!((m.rate(2) - m.rate(1)).abs() < 1e-9, "an unseen position accepts like the deepest observed one");
     }
 }

@@ -48,11 +48,14 @@ pub struct SpeculativeOptions {
     /// Round costs for `DraftLen::Auto` (from `calibrate`, or a cache of it); None: calibrate at the
     /// start of `generate`.
     pub costs: Option<RoundCosts>,
+    /// Refine the costs online from each greedy round's measured time (false: schedule with the
+    /// costs as given, so a given table makes the schedule a function of the tokens alone).
+    pub refine_costs: bool,
 }
 
 impl Default for SpeculativeOptions {
     fn default() -> Self {
-        Self { use_head: true, timing: true, draft_len: DraftLen::Auto, costs: None }
+        Self { use_head: true, timing: true, draft_len: DraftLen::Auto, costs: None, refine_costs: true }
     }
 }
 
@@ -273,7 +276,7 @@ impl<'m> SpeculativeSession<'m> {
         let mut scheduler = DraftScheduler::new(spec.draft_len, costs);
         // Sampled output must be reproducible from its seed, so its k may depend on the drafter's
         // acceptance (a function of the tokens) but not on wall-clock times: costs stay as given.
-        let refine_costs = opts.sampling.is_greedy();
+        let refine_costs = spec.refine_costs && opts.sampling.is_greedy();
         while done.is_none() {
             let k = scheduler.next_k() as u32;
             if k == 0 && pending as usize == MAX_ROWS {

@@ -58,7 +58,7 @@ fn measure_runs_every_mode_and_counts_each_round_once() {
         let mut session = SpeculativeSession::new(&target, &drafter, 64).unwrap();
         let (mut accepted, mut drafted) = (Vec::new(), Vec::new());
         for p in &prompts {
-            let so = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(2), costs: None };
+            let so = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(2), costs: None, refine_costs: true };
             let opts = GenerateOptions { max_tokens: 9, ignore_eos: true, ..Default::default() };
             let (_, st) = block_on(session.generate(p, &opts, &so, &mut |_| true)).unwrap();
             for _ in 0..plan.runs {

@@ -74,7 +74,7 @@ fn speculative_greedy_is_lossless_and_matches_the_cpu_reference() {
                         // Lengths that end mid-round as well as on round boundaries.
                         for max_tokens in [1usize, 7, 20] {
                             let want = block_on(plain.generate(prompt, &greedy(max_tokens), &mut |_| true)).unwrap().output_ids;
-                            let opts = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None };
+                            let opts = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None, refine_costs: true };
                             let (got, stats) = block_on(spec.generate(prompt, &greedy(max_tokens), &opts, &mut |_| true)).unwrap();
                             let ctx = format!("{name} {kind:?} B={block} head={use_head} prompt={prompt:?} max={max_tokens}");
                             assert_eq!(got.output_ids, want, "{ctx}: speculative output differs from target-only greedy");
@@ -321,9 +321,11 @@ fn every_draft_length_schedule_gives_the_plain_greedy_output() {
     }
 }
 
-/// The adaptive schedule on real rounds, with this adapter's calibrated costs (refined online): an
-/// always-accepting pair drafts every round once it has started, and a random drafter is drafted
-/// little, with plain steps among its rounds.
+/// The adaptive schedule on real rounds. With fixed CPU-adapter-like cost tables (not refined
+/// online, so the schedule depends on the tokens alone): an always-accepting pair drafts from the
+/// first round and reaches the whole block at once; where the prior does not pay, it starts drafting
+/// at the first probe and keeps drafting; a random drafter is drafted little, with plain steps among
+/// its rounds. With this adapter's calibrated costs (timings are noisy), every draft is still accepted.
 #[test]
 fn adaptive_draft_length_follows_the_drafter() {
     let (name, gpu) = &test_gpus()[0];
@@ -335,23 +337,33 @@ fn adaptive_draft_length_follows_the_drafter() {
     let drafter = DrafterModel::load(DrafterConfig::from_file(&d.join("config.json")).unwrap(), &Checkpoint::open(&d).unwrap(), &target, WeightFormat::F16).unwrap();
     let mut spec = SpeculativeSession::new(&target, &drafter, 256).unwrap();
     let max_k = spec.max_draft_len();
+    let table = |draft_pass: f64| RoundCosts { seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { draft_pass + 0.25 * k as f64 }).collect() };
+    let fixed = |costs: RoundCosts| SpeculativeOptions { timing: false, draft_len: DraftLen::Auto, costs: Some(costs), refine_costs: false, ..Default::default() };
+    let all_accepted = |st: &domino_runtime::SpeculativeStats| st.draft_lengths.iter().zip(&st.acceptance_lengths).all(|(k, a)| a == &(k + 1));
+
+    // A draft pass of half a decode step: drafting pays on the prior.
+    let (_, st) = block_on(spec.generate(&[5, 6, 7], &greedy(120), &fixed(table(1.5)), &mut |_| true)).unwrap();
+    assert!(all_accepted(&st), "{name}: {:?} {:?}", st.draft_lengths, st.acceptance_lengths);
+    assert!(st.draft_lengths[0] > 0 && st.draft_lengths[1..].iter().all(|&k| k == max_k), "{name}: {:?}", st.draft_lengths);
+
+    // A draft pass of 2.6 decode steps: the prior does not pay, perfect acceptance does. Drafting
+    // starts at the first probe (after 8 plain steps) and never stops.
+    let (_, st) = block_on(spec.generate(&[5, 6, 7], &greedy(120), &fixed(table(2.6)), &mut |_| true)).unwrap();
+    assert!(all_accepted(&st), "{name}");
+    let first = st.draft_lengths.iter().position(|&k| k > 0).unwrap_or(usize::MAX);
+    assert_eq!(first, 8, "{name}: {:?}", st.draft_lengths);
+    assert!(st.draft_lengths[first + 1..].iter().all(|&k| k == max_k), "{name}: {:?}", st.draft_lengths);
+
+    // This adapter's calibrated costs, refined online: the schedule follows noisy timings, but it
+    // drafts (at the latest at the first probe) and every draft is accepted.
     let so = SpeculativeOptions { timing: false, draft_len: DraftLen::Auto, ..Default::default() };
     let (_, st) = block_on(spec.generate(&[5, 6, 7], &greedy(120), &so, &mut |_| true)).unwrap();
-    // Every draft is accepted, so after the prior's first rounds every round drafts; how many
-    // depends on this adapter's measured verify costs (the unit tests check the full block on
-    // synthetic tables).
-    assert!(st.draft_lengths.iter().zip(&st.acceptance_lengths).all(|(k, a)| a == &(k + 1)), "{name}: {:?} {:?}", st.draft_lengths, st.acceptance_lengths);
-    // Drafting starts at once or, where the calibrated costs make the prior look unprofitable, at
-    // the first probe (after 8 plain steps); from then on every round drafts.
-    let first = st.draft_lengths.iter().position(|&k| k > 0).unwrap_or(usize::MAX);
-    assert!(first <= 8, "{name}: no draft round: {:?}", st.draft_lengths);
-    assert!(st.draft_lengths[first..].iter().all(|&k| k >= 1 && k <= max_k), "{name}: always-accepting pair: {:?}", st.draft_lengths);
-    assert!(st.mean_acceptance > 3.0, "{name}: {:?}", st.draft_lengths);
+    assert!(all_accepted(&st) && st.draft_lengths.iter().any(|&k| k > 0), "{name}: {:?}", st.draft_lengths);
 
     let p = pair(&target_spec(), &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 8, seed: 5, ..TinyDrafterSpec::default() });
     let (target, drafter) = load(gpu, &p);
     let mut spec = SpeculativeSession::new(&target, &drafter, 256).unwrap();
-    let (_, st) = block_on(spec.generate(&[1, 2, 3], &greedy(200), &so, &mut |_| true)).unwrap();
+    let (_, st) = block_on(spec.generate(&[1, 2, 3], &greedy(200), &fixed(table(1.5)), &mut |_| true)).unwrap();
     assert!(st.draft_lengths.iter().zip(&st.acceptance_lengths).all(|(k, a)| *a <= k + 1), "{name}");
     // A random drafter (it still hits now and then on the tiny target's repetitive text) is drafted
     // less than the whole block, with plain steps among its rounds.
