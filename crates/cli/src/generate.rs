@@ -134,7 +134,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                 }
                 DraftLen::Fixed(_) => None,
             };
-            let spec = SpeculativeOptions { use_head, timing: true, draft_len: args.draft_len, costs };
+            let spec = SpeculativeOptions { use_head, timing: true, draft_len: args.draft_len, costs, refine_costs: true };
             let (g, s) = pollster::block_on(session.generate(&prompt_ids, &opts, &spec, &mut on_token))?;
             (g, Some(s))
         }

@@ -10,8 +10,8 @@
 //!   each position's prior is the position before it, so evidence at shallow positions carries deeper;
 //! - climbing: a round that accepted every draft up to the deepest position yet verified is followed
 //!   by a deeper one when perfect acceptance there would pay (optimism under uncertainty);
-//! - probing: after a run of plain steps the scheduler drafts again (with backoff), so it can return
-//!   to drafting when acceptance recovers.
+//! - probing: a session's first round drafts, and after a run of plain steps the scheduler drafts
+//!   again (with backoff), so it can return to drafting when acceptance recovers.
 //!
 //! Whatever k is, the output is exactly the plain output (greedy) or the target distribution
 //! (sampling): k only decides how much of the block the target verifies.
@@ -177,7 +177,10 @@ impl DraftScheduler {
         // An optimistic prior (a session starts by drafting and learns), worth one round, and
         // forgetting 0.9 (about the last ten rounds count).
         let acceptance = AcceptanceModel::new(max_k, 0.8, 1.0, 0.9);
-        Self { mode, costs, acceptance, plain_streak: 0, probe_interval: PROBE_FIRST, explored: 0, climb: false }
+        // A fresh session is due for a probe: where the prior does not pay, the first round still
+        // drafts (at least one), so a good drafter is found at once instead of after PROBE_FIRST
+        // plain steps; a useless one costs one round.
+        Self { mode, costs, acceptance, plain_streak: PROBE_FIRST, probe_interval: PROBE_FIRST, explored: 0, climb: false }
     }
 
     /// Expected tokens per second of a round with k drafts under the current estimates.
@@ -307,14 +310,18 @@ mod tests {
 
     #[test]
     fn a_successful_probe_keeps_drafting() {
-        // Costs on which the prior does not pay (drafting starts at the first probe) but perfect
-        // acceptance does: once the probe is accepted, every round drafts and k climbs to the block.
+        // Costs on which the prior does not pay but perfect acceptance does: the session's first
+        // round is a probe of one draft; once it is accepted, every round drafts the whole block.
         let costs = RoundCosts { seconds: (0..=7).map(|k| if k == 0 { 1.0 } else { 2.6 + 0.3 * k as f64 }).collect() };
-        let mut s = DraftScheduler::new(DraftLen::Auto, costs);
+        let mut s = DraftScheduler::new(DraftLen::Auto, costs.clone());
         let ks = run(&mut s, 30, |k| k);
-        let first = ks.iter().position(|&k| k > 0).unwrap();
-        assert!(first == PROBE_FIRST && ks[first..].iter().all(|&k| k > 0), "{ks:?}");
-        assert!(ks[first + 4..].iter().all(|&k| k == 7), "{ks:?}");
+        assert!(ks[0] == 1 && ks[1..].iter().all(|&k| k == 7), "{ks:?}");
+        // A useless drafter on the same costs: the opening probe fails, then plain steps until the
+        // next probe (after twice PROBE_FIRST steps), which also fails.
+        let mut s = DraftScheduler::new(DraftLen::Auto, costs);
+        let ks = run(&mut s, 40, |_| 0);
+        assert_eq!(ks.iter().filter(|&&k| k > 0).count(), 2, "{ks:?}");
+        assert!(ks[0] == 1 && ks[1..=2 * PROBE_FIRST].iter().all(|&k| k == 0), "{ks:?}");
     }
 
     #[test]
