@@ -99,8 +99,11 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     let mut stream = StreamDecoder::new();
     let mut stdout = std::io::stdout();
     let mut stream_error = None;
+    // The stop token that ends a generation (`<|im_end|>`, `</s>`) is not printed when streaming, as
+    // in `domino chat`; `--json` keeps every id and its text.
+    let printed_stop_ids: &[u32] = if args.ignore_eos { &[] } else { &opts.stop_ids };
     let mut on_token = |id: u32| -> bool {
-        if !args.json {
+        if !args.json && !printed_stop_ids.contains(&id) {
             if let Some(tok) = tokenizer {
                 match stream.push(tok, id) {
                     Ok(text) => {

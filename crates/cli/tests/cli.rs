@@ -333,3 +333,25 @@ fn successful_runs_print_no_error_lines_without_xdg_runtime_dir() {
         assert!(!stderr.lines().any(|l| l.trim_start().to_lowercase().starts_with("error")), "{args:?}: {stderr}");
     }
 }
+
+/// The quick start's path on the real default model: streamed text stops before the stop token that
+/// ended the reply (`<|im_end|>` is not printed), while `--json` keeps it in `output_ids` and `text`.
+#[test]
+fn streamed_chat_reply_omits_the_stop_token() {
+    let cache = std::env::var("DOMINO_CACHE").map(std::path::PathBuf::from).unwrap_or_else(|_| match std::env::var("XDG_CACHE_HOME") {
+        Ok(x) => std::path::PathBuf::from(x).join("domino"),
+        Err(_) => std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/domino"),
+    });
+    let model = cache.join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.exists(), "{} is missing: run `bash scripts/fetch-smollm2.sh`", model.display());
+    let args = ["--chat", "--prompt", "Hello", "--max-tokens", "32"];
+    let v = json_generate(&model, &args);
+    assert_eq!(v["stop_reason"], "eos", "{v}");
+    let text = v["text"].as_str().unwrap();
+    let reply = text.strip_suffix("<|im_end|>").unwrap_or_else(|| panic!("{text:?}"));
+    let mut streamed = vec!["generate", "--model", model.to_str().unwrap()];
+    streamed.extend_from_slice(&args);
+    let out = domino(&streamed);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), reply.trim_end());
+}
