@@ -108,20 +108,24 @@ impl AcceptanceModel {
 
     /// Expected committed tokens of a round with k drafts: 1 + sum over j <= k of P(first j accepted).
     pub fn expected_tokens(&self, k: usize) -> f64 {
-        self.expected_tokens_optimistic(k, usize::MAX)
+        let by_k = self.expected_tokens_by_k(usize::MAX);
+        by_k[k.min(by_k.len() - 1)]
     }
 
-    /// As `expected_tokens`, with every position from `from` on assumed to accept (an upper bound on
-    /// what drafting deeper than the evidence reaches can give).
-    pub fn expected_tokens_optimistic(&self, k: usize, from: usize) -> f64 {
+    /// `expected_tokens(k)` for every k = 0..=max_k in one pass. Positions from `optimistic_from` on
+    /// are assumed to accept (an upper bound on what drafting deeper than the evidence can give);
+    /// `usize::MAX` gives the estimates themselves.
+    pub fn expected_tokens_by_k(&self, optimistic_from: usize) -> Vec<f64> {
         let (mut total, mut all) = (1.0, 1.0);
-        for (i, r) in self.rates().into_iter().enumerate().take(k) {
-            if i < from {
+        let mut by_k = vec![total];
+        for (i, r) in self.rates().into_iter().enumerate() {
+            if i < optimistic_from {
                 all *= r;
             }
             total += all;
+            by_k.push(total);
         }
-        total
+        by_k
     }
 
     /// A round verified k drafts and accepted `accepted` of them. The positions it observed forget
@@ -183,21 +187,16 @@ impl DraftScheduler {
         Self { mode, costs, acceptance, plain_streak: PROBE_FIRST, probe_interval: PROBE_FIRST, explored: 0, climb: false }
     }
 
-    /// Expected tokens per second of a round with k drafts under the current estimates.
-    fn value(&self, k: usize) -> f64 {
-        self.acceptance.expected_tokens(k) / self.costs.seconds[k].max(1e-12)
+    /// Expected tokens per second of a round with k drafts, for every k (see `expected_tokens_by_k`
+    /// for `optimistic_from`).
+    fn values(&self, optimistic_from: usize) -> Vec<f64> {
+        let tokens = self.acceptance.expected_tokens_by_k(optimistic_from);
+        tokens.iter().zip(&self.costs.seconds).map(|(t, c)| t / c.max(1e-12)).collect()
     }
 
     /// The k that maximises expected tokens per second under the current estimates.
     pub fn best_k(&self) -> usize {
-        let mut best = (0, self.value(0));
-        for k in 1..=self.costs.max_k() {
-            let rate = self.value(k);
-            if rate > best.1 {
-                best = (k, rate);
-            }
-        }
-        best.0
+        argmax(&self.values(usize::MAX), 0)
     }
 
     /// Drafts to verify in the next round.
@@ -206,19 +205,17 @@ impl DraftScheduler {
         match self.mode {
             DraftLen::Fixed(k) => k.min(max_k),
             DraftLen::Auto => {
-                let k = self.best_k();
-                if std::mem::take(&mut self.climb) {
+                let values = self.values(usize::MAX);
+                let k = argmax(&values, 0);
+                if std::mem::take(&mut self.climb) && self.explored < max_k {
                     // The last round accepted everything up to the deepest position yet verified;
                     // nothing is known beyond it. Draft as deep as pays if every deeper draft were
                     // accepted, when that beats the best choice on what is known (optimism under
                     // uncertainty: a drafter that accepts everything reaches its whole block in a
                     // round or two, and one that does not costs at most one long round per depth).
-                    let best = self.value(k);
-                    let deeper = (self.explored + 1..=max_k)
-                        .map(|d| (d, self.acceptance.expected_tokens_optimistic(d, self.explored) / self.costs.seconds[d].max(1e-12)))
-                        .filter(|&(_, v)| v > best)
-                        .max_by(|a, b| a.1.total_cmp(&b.1));
-                    if let Some((d, _)) = deeper {
+                    let optimistic = self.values(self.explored);
+                    let d = argmax(&optimistic, self.explored + 1);
+                    if optimistic[d] > values[k] {
                         return d;
                     }
                 }
@@ -255,6 +252,17 @@ impl DraftScheduler {
             self.probe_interval = PROBE_FIRST;
         }
     }
+}
+
+/// The index of the largest of `values[from..]` (the first on ties), or `from` if that is empty.
+fn argmax(values: &[f64], from: usize) -> usize {
+    let mut best = from;
+    for (i, &v) in values.iter().enumerate().skip(from + 1) {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best
 }
 
 #[cfg(test)]
