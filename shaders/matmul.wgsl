@@ -19,10 +19,13 @@
 //   3 storage  w_up (GLU variant only): the up projection, same layout as w (the gate)
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
 //   5 storage  norm_w (NORM only): array<f32>, the k RMSNorm weights of x's rows
+//   X_UNIFORM variant (CPU adapters): x is a uniform window of X_WINDOW vec4s (x_offset counts from
+//              the window's start) and norm_w a uniform array of NORM_WINDOW = k / 4 vec4s: llvmpipe
+//              gathers uniform words branch-free where it loads storage words in a per-lane loop.
 // Defines: ROWS (rows per invocation: 1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), F32 | F16, GLU,
 // NORM (x is RMSNorm-ed on the fly: binding 5 holds the k norm weights, eps in Params; see inv_rms),
 // TEXTURE with TEX_SHIFT (log2 of the texture width), X4 (x read as vec4: k, x_offset, x_stride
-// multiples of 4).
+// multiples of 4), X_UNIFORM with X_WINDOW (and NORM_WINDOW).
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
 // order 0..k with explicit fma. No cross-invocation reduction exists, so a row's result is bit-identical
@@ -55,7 +58,9 @@ alias Block = array<vec4<u32>, 2>;
 #endif
 
 @group(0) @binding(0) var<uniform> p: Params;
-#if X4
+#if X_UNIFORM
+@group(0) @binding(1) var<uniform> x: array<vec4<f32>, {{X_WINDOW}}>;
+#elif X4
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 #else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -81,7 +86,7 @@ const ROWS: u32 = {{ROWS}}u;
 const WG: u32 = {{WG}}u;
 
 fn x_scalar(i: u32) -> f32 {
-#if X4
+#if X4 || X_UNIFORM
     return x[i / 4u][i % 4u];
 #else
     return x[i];
@@ -89,7 +94,19 @@ fn x_scalar(i: u32) -> f32 {
 }
 
 #if NORM
+#if X_UNIFORM
+@group(0) @binding(5) var<uniform> norm_w: array<vec4<f32>, {{NORM_WINDOW}}>;
+
+fn norm_at(k: u32) -> f32 {
+    return norm_w[k / 4u][k % 4u];
+}
+#else
 @group(0) @binding(5) var<storage, read> norm_w: array<f32>;
+
+fn norm_at(k: u32) -> f32 {
+    return norm_w[k];
+}
+#endif
 
 #include rms_scale.wgsl
 #endif
@@ -217,7 +234,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             let row = min(r0 + r, p.n_rows - 1u);
             x4[r] = x[(p.x_offset + row * p.x_stride + k) / 4u];
 #if NORM
-            x4[r] = x4[r] * inv[r] * vec4<f32>(norm_w[k], norm_w[k + 1u], norm_w[k + 2u], norm_w[k + 3u]);
+            x4[r] = x4[r] * inv[r] * vec4<f32>(norm_at(k), norm_at(k + 1u), norm_at(k + 2u), norm_at(k + 3u));
 #endif
         }
         mac(&acc, &acc_up, blk, k, lane(x4, 0u));
@@ -230,9 +247,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         var xs: array<f32, ROWS>;
         for (var r = 0u; r < ROWS; r = r + 1u) {
             let row = min(r0 + r, p.n_rows - 1u);
-            xs[r] = x[p.x_offset + row * p.x_stride + k];
+            xs[r] = x_scalar(p.x_offset + row * p.x_stride + k);
 #if NORM
-            xs[r] = xs[r] * inv[r] * norm_w[k];
+            xs[r] = xs[r] * inv[r] * norm_at(k);
 #endif
         }
         mac(&acc, &acc_up, blk, k, xs);

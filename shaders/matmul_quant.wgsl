@@ -29,9 +29,13 @@
 //   3 storage  w_up (GLU variant only): the up projection, same layout
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
 //   5 storage  norm_w (NORM only): array<f32>, the k RMSNorm weights of x's rows
+//   X_UNIFORM variant (CPU adapters): x is a uniform window of X_WINDOW vec4s (x_offset counts from
+//              the window's start) and norm_w a uniform array of NORM_WINDOW = k / 4 vec4s. llvmpipe
+//              gathers uniform words branch-free but loads storage words in a per-lane loop of
+//              branches; every lane reads the same x, so the input loads cost far less this way.
 // Defines: Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K, ROWS (1 for decode, 3 otherwise:
 // MATMUL_ROWS in kernels.rs), GLU, TEXTURE with TEX_SHIFT, NORM (x is RMSNorm-ed on the fly: binding 5
-// holds the k norm weights, eps in Params; see inv_rms).
+// holds the k norm weights, eps in Params; see inv_rms), X_UNIFORM with X_WINDOW (and NORM_WINDOW).
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
 // order 0..k with fma of the dequantized weight (q·d, (q-8)·d, (q-16)·d, q·d+m, q·(d·sc) - dmin·m,
@@ -86,7 +90,11 @@ const SC4: u32 = 4u * SB * (QW + HW);
 const PER_WORD: u32 = 32u / QW;
 
 @group(0) @binding(0) var<uniform> p: Params;
+#if X_UNIFORM
+@group(0) @binding(1) var<uniform> x: array<vec4<f32>, {{X_WINDOW}}>;
+#else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
 #if TEXTURE
 @group(0) @binding(2) var w: texture_2d<u32>;
 #if GLU
@@ -136,11 +144,27 @@ const STEP: u32 = 1u;
 #endif
 
 fn x_scalar(i: u32) -> f32 {
+#if X_UNIFORM
+    return x[i / 4u][i % 4u];
+#else
     return x[i];
+#endif
 }
 
 #if NORM
+#if X_UNIFORM
+@group(0) @binding(5) var<uniform> norm_w: array<vec4<f32>, {{NORM_WINDOW}}>;
+
+fn norm_at(k: u32) -> f32 {
+    return norm_w[k / 4u][k % 4u];
+}
+#else
 @group(0) @binding(5) var<storage, read> norm_w: array<f32>;
+
+fn norm_at(k: u32) -> f32 {
+    return norm_w[k];
+}
+#endif
 
 #include rms_scale.wgsl
 #endif
@@ -334,9 +358,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
                         // Rows past n_rows re-read the last row; their results are never stored.
                         let row = min(r0 + r, p.n_rows - 1u);
 #if NORM
-                        let xv = vec4<f32>(x[p.x_offset + row * p.x_stride + k] * inv[r] * norm_w[k]);
+                        let xv = vec4<f32>(x_scalar(p.x_offset + row * p.x_stride + k) * inv[r] * norm_at(k));
 #else
-                        let xv = vec4<f32>(x[p.x_offset + row * p.x_stride + k]);
+                        let xv = vec4<f32>(x_scalar(p.x_offset + row * p.x_stride + k));
 #endif
                         for (var c = 0u; c < 4u; c = c + 1u) {
                             acc[r * 4u + c] = fma(xv, wg[c], acc[r * 4u + c]);

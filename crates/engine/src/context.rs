@@ -110,6 +110,10 @@ pub struct Caps {
     pub max_storage_binding: u64,
     pub max_buffer: u64,
     pub uniform_align: u32,
+    /// Bytes of a uniform window the CPU family reads matmul inputs through (0: it reads them from
+    /// storage). llvmpipe loads a storage word in a per-lane loop of branches but gathers uniform
+    /// words branch-free, so uniform inputs made decode and multi-row passes faster there.
+    pub uniform_window: u32,
     /// Bytes the device can give a model, where known: `GpuOptions::memory_budget`, else on CPU
     /// adapters (whose device memory is host memory) the host's available memory. wgpu reports no
     /// budget for real GPUs, so there only the per-buffer limits are checked.
@@ -216,6 +220,9 @@ pub struct GpuOptions {
     /// Request lower max_storage_buffer_binding_size / max_buffer_size than the adapter offers
     /// (the device then enforces them): imposes a small adapter on purpose.
     pub max_binding: Option<u64>,
+    /// Force (Some(true)) or forbid (Some(false)) the CPU family's uniform input windows
+    /// (`Caps::uniform_window`); None uses them wherever the CPU family runs.
+    pub uniform_inputs: Option<bool>,
 }
 
 impl Default for GpuOptions {
@@ -230,7 +237,22 @@ impl Default for GpuOptions {
             kernels: KernelChoice::Auto,
             memory_budget: None,
             max_binding: None,
+            uniform_inputs: None,
         }
+    }
+}
+
+/// The CPU family's uniform input window (`Caps::uniform_window`): 64 KiB or the adapter's smaller
+/// limit; none for the GPU family, where forbidden, or under 16 KiB (too few rows per window).
+fn uniform_window(gpu_kernels: bool, limits: &wgpu::Limits, wanted: Option<bool>) -> u32 {
+    if gpu_kernels || wanted == Some(false) {
+        return 0;
+    }
+    let window = (limits.max_uniform_buffer_binding_size as u64).min(65536) as u32 & !15;
+    if window < 16384 {
+        0
+    } else {
+        window
     }
 }
 
@@ -243,12 +265,14 @@ pub struct GpuBuffer {
     pub label: String,
 }
 
-/// Whether a binding is read-only or read-write storage, or a weight texture (texture_2d<u32>).
+/// Whether a binding is read-only or read-write storage, a weight texture (texture_2d<u32>), or a
+/// read-only uniform window of a storage buffer (`Resource::Window`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Access {
     Read,
     ReadWrite,
     Texture,
+    Uniform,
 }
 
 /// Texels per row of a weight texture (a power of two; rows hold consecutive texels, so the texture
@@ -280,6 +304,9 @@ impl GpuTexture {
 pub enum Resource {
     Buffer(Arc<GpuBuffer>),
     Texture(Arc<GpuTexture>),
+    /// `size` bytes of a buffer from `offset` (a multiple of the uniform alignment), bound as a
+    /// uniform buffer (`Access::Uniform`).
+    Window { buf: Arc<GpuBuffer>, offset: u64, size: u64 },
 }
 
 impl Resource {
@@ -287,18 +314,30 @@ impl Resource {
         match self {
             Resource::Buffer(b) => b.id,
             Resource::Texture(t) => t.id,
+            Resource::Window { buf, .. } => buf.id,
+        }
+    }
+    /// What names this binding in the bind-group cache: the resource, and the window's offset.
+    pub fn key(&self) -> [u64; 2] {
+        match self {
+            Resource::Window { offset, .. } => [self.id(), *offset],
+            _ => [self.id(), u64::MAX],
         }
     }
     pub fn bytes(&self) -> u64 {
         match self {
             Resource::Buffer(b) => b.size,
             Resource::Texture(t) => t.bytes(),
+            Resource::Window { size, .. } => *size,
         }
     }
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
         match self {
             Resource::Buffer(b) => b.buffer.as_entire_binding(),
             Resource::Texture(t) => wgpu::BindingResource::TextureView(&t.view),
+            Resource::Window { buf, offset, size } => {
+                wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &buf.buffer, offset: *offset, size: std::num::NonZeroU64::new(*size) })
+            }
         }
     }
 }
@@ -437,6 +476,7 @@ impl Gpu {
             max_storage_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             uniform_align: limits.min_uniform_buffer_offset_alignment,
+            uniform_window: uniform_window(gpu_kernels, &limits, opts.uniform_inputs),
             memory_budget: opts.memory_budget.or_else(|| if cpu { host_available_memory() } else { None }),
         };
         Ok(Arc::new(Gpu {
@@ -498,10 +538,21 @@ impl Gpu {
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            // UNIFORM: the CPU family reads matmul inputs and norm weights through uniform windows.
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
         Ok(Arc::new(GpuBuffer { id: self.next_id(), buffer, size, label: label.to_string() }))
+    }
+
+    /// A buffer of activations (rows a matmul reads as its input): as `binding_buffer`, with a
+    /// uniform window's worth of zeroed tail, so a window starting at any of its `size` bytes fits.
+    pub fn activation_buffer(&self, label: &str, size: u64) -> Result<Arc<GpuBuffer>> {
+        let padded = size + self.caps.uniform_window as u64;
+        if padded > self.caps.max_storage_binding {
+            return self.binding_buffer(label, size);
+        }
+        self.buffer(label, padded)
     }
 
     /// A storage buffer that must be bindable whole: checked against max_storage_buffer_binding_size.
@@ -617,6 +668,7 @@ impl Gpu {
                     view_dimension: wgpu::TextureViewDimension::D2,
                     multisampled: false,
                 },
+                Access::Uniform => wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None },
                 _ => wgpu::BindingType::Buffer {
                     ty: wgpu::BufferBindingType::Storage { read_only: access == Access::Read },
                     has_dynamic_offset: false,

@@ -10,37 +10,54 @@ use crate::tensor::{Matrix, MatrixChunk, WeightFormat};
 use bytemuck::{Pod, Zeroable};
 use std::sync::Arc;
 
-use Access::{Read as R, ReadWrite as W, Texture as T};
+use Access::{Read as R, ReadWrite as W, Texture as T, Uniform as U};
 
 /// The CPU family's matmul entries (matmul.wgsl for f32/f16, matmul_quant.wgsl for blocks), indexed by
-/// `cpu_matmul_spec`: weights in buffers or textures, GLU or not, RMSNorm folded in or not. Bindings:
-/// x, w, (w_up), y, then (NORM) the norm weights at 5.
+/// `cpu_matmul_spec`: x (and the norm weights) from storage or through uniform windows, weights in
+/// buffers or textures, GLU or not, RMSNorm folded in or not. Bindings: x, w, (w_up), y, then (NORM)
+/// the norm weights at 5.
 macro_rules! cpu_matmul {
-    ($name:literal, $src:expr, $w:expr, $($b:expr),*) => {
-        KernelSpec { name: $name, source: $src, entry: "main", bindings: &[(1, R), (2, $w), $($b),*] }
+    ($name:literal, $src:expr, $($b:expr),*) => {
+        KernelSpec { name: $name, source: $src, entry: "main", bindings: &[$($b),*] }
     };
 }
-static CPU_MATMUL: [KernelSpec; 16] = [
-    cpu_matmul!("matmul", shader::MATMUL, R, (3, W)),
-    cpu_matmul!("matmul", shader::MATMUL, R, (3, W), (5, R)),
-    cpu_matmul!("matmul_glu", shader::MATMUL, R, (3, R), (4, W)),
-    cpu_matmul!("matmul_glu", shader::MATMUL, R, (3, R), (4, W), (5, R)),
-    cpu_matmul!("matmul", shader::MATMUL, T, (3, W)),
-    cpu_matmul!("matmul", shader::MATMUL, T, (3, W), (5, R)),
-    cpu_matmul!("matmul_glu", shader::MATMUL, T, (3, T), (4, W)),
-    cpu_matmul!("matmul_glu", shader::MATMUL, T, (3, T), (4, W), (5, R)),
-    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, R, (3, W)),
-    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, R, (3, W), (5, R)),
-    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, R, (3, R), (4, W)),
-    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, R, (3, R), (4, W), (5, R)),
-    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, T, (3, W)),
-    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, T, (3, W), (5, R)),
-    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, T, (3, T), (4, W)),
-    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, T, (3, T), (4, W), (5, R)),
+static CPU_MATMUL: [KernelSpec; 32] = [
+    cpu_matmul!("matmul", shader::MATMUL, (1, R), (2, R), (3, W)),
+    cpu_matmul!("matmul", shader::MATMUL, (1, R), (2, R), (3, W), (5, R)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, (1, R), (2, R), (3, R), (4, W)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, (1, R), (2, R), (3, R), (4, W), (5, R)),
+    cpu_matmul!("matmul", shader::MATMUL, (1, R), (2, T), (3, W)),
+    cpu_matmul!("matmul", shader::MATMUL, (1, R), (2, T), (3, W), (5, R)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, (1, R), (2, T), (3, T), (4, W)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, (1, R), (2, T), (3, T), (4, W), (5, R)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, (1, R), (2, R), (3, W)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, (1, R), (2, R), (3, W), (5, R)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, (1, R), (2, R), (3, R), (4, W)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, (1, R), (2, R), (3, R), (4, W), (5, R)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, (1, R), (2, T), (3, W)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, (1, R), (2, T), (3, W), (5, R)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, (1, R), (2, T), (3, T), (4, W)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, (1, R), (2, T), (3, T), (4, W), (5, R)),
+    cpu_matmul!("matmul", shader::MATMUL, (1, U), (2, R), (3, W)),
+    cpu_matmul!("matmul", shader::MATMUL, (1, U), (2, R), (3, W), (5, U)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, (1, U), (2, R), (3, R), (4, W)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, (1, U), (2, R), (3, R), (4, W), (5, U)),
+    cpu_matmul!("matmul", shader::MATMUL, (1, U), (2, T), (3, W)),
+    cpu_matmul!("matmul", shader::MATMUL, (1, U), (2, T), (3, W), (5, U)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, (1, U), (2, T), (3, T), (4, W)),
+    cpu_matmul!("matmul_glu", shader::MATMUL, (1, U), (2, T), (3, T), (4, W), (5, U)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, (1, U), (2, R), (3, W)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, (1, U), (2, R), (3, W), (5, U)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, (1, U), (2, R), (3, R), (4, W)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, (1, U), (2, R), (3, R), (4, W), (5, U)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, (1, U), (2, T), (3, W)),
+    cpu_matmul!("matmul_quant", shader::MATMUL_QUANT, (1, U), (2, T), (3, W), (5, U)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, (1, U), (2, T), (3, T), (4, W)),
+    cpu_matmul!("matmul_quant_glu", shader::MATMUL_QUANT, (1, U), (2, T), (3, T), (4, W), (5, U)),
 ];
 
-fn cpu_matmul_spec(quant: bool, texture: bool, glu: bool, norm: bool) -> &'static KernelSpec {
-    &CPU_MATMUL[(quant as usize) << 3 | (texture as usize) << 2 | (glu as usize) << 1 | norm as usize]
+fn cpu_matmul_spec(uniform: bool, quant: bool, texture: bool, glu: bool, norm: bool) -> &'static KernelSpec {
+    &CPU_MATMUL[(uniform as usize) << 4 | (quant as usize) << 3 | (texture as usize) << 2 | (glu as usize) << 1 | norm as usize]
 }
 const MATMUL_GPU: KernelSpec = KernelSpec { name: "matmul_gpu", source: shader::MATMUL_GPU, entry: "main", bindings: &[(1, R), (2, R), (5, W)] };
 const MATMUL_GPU_NORM: KernelSpec =
@@ -182,14 +199,63 @@ pub enum Epilogue {
     Accumulate,
 }
 
-/// The CPU family's matmul pipeline for `w`, with the RMSNorm folded in when `norm`.
-fn matmul_pipeline(gpu: &Gpu, w: &Matrix, x: &Rows, n_rows: u32, glu: bool, norm: bool) -> Result<Arc<Pipeline>> {
+/// The CPU family's matmul pipeline for `w`, with the RMSNorm folded in when `norm`, reading x
+/// (and the norm weights) through uniform windows of `window` bytes when given.
+fn matmul_pipeline(gpu: &Gpu, w: &Matrix, x: &Rows, n_rows: u32, glu: bool, norm: bool, window: Option<u32>) -> Result<Arc<Pipeline>> {
     let rows = if n_rows == 1 { 1 } else { MATMUL_ROWS };
     let quant = matches!(w.format, WeightFormat::Quant(_));
-    let spec = cpu_matmul_spec(quant, w.on_texture(), glu, norm);
+    let spec = cpu_matmul_spec(window.is_some(), quant, w.on_texture(), glu, norm);
     // Float kernels read x four inputs at a time where its layout allows (the same sums either way).
     let x4 = !quant && w.k % 4 == 0 && x.offset % 4 == 0 && (n_rows == 1 || x.stride % 4 == 0);
-    gpu.pipeline(spec, &matrix_defines(gpu, w).flag_if("GLU", glu).flag_if("NORM", norm).flag_if("X4", x4).value("ROWS", rows).value("WG", MATMUL_WG))
+    let mut defines = matrix_defines(gpu, w).flag_if("GLU", glu).flag_if("NORM", norm).flag_if("X4", x4).value("ROWS", rows).value("WG", MATMUL_WG);
+    if let Some(bytes) = window {
+        defines = defines.flag("X_UNIFORM").value("X_WINDOW", bytes / 16);
+        if norm {
+            defines = defines.value("NORM_WINDOW", w.k as u32 / 4);
+        }
+    }
+    gpu.pipeline(spec, &defines)
+}
+
+/// Rows `first..first + rows` of a matmul input, seen through a uniform window: `offset` bytes into
+/// the buffer, the first row `x_offset` floats into the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct InputWindow {
+    first: u32,
+    rows: u32,
+    offset: u64,
+    x_offset: u32,
+}
+
+/// How the CPU family reads `n_rows` rows of k inputs through uniform windows of the device's size
+/// (`Caps::uniform_window`): as many rows per window as fit, each window at an aligned offset. None
+/// where windows are off or do not fit (a row too long, a buffer without the tail
+/// `Gpu::activation_buffer` gives, norm weights not a whole number of vec4s): x is then read from
+/// storage. Every row is computed the same way in any window, so the split keeps batch invariance.
+fn input_windows(gpu: &Gpu, k: usize, x: &Rows, n_rows: u32, norm: bool) -> Option<Vec<InputWindow>> {
+    let window = gpu.caps.uniform_window as u64;
+    let align = (gpu.caps.uniform_align as u64).max(4);
+    let k = k as u64;
+    if window == 0 || (align - 4) + 4 * k > window || (norm && (k % 4 != 0 || 4 * k > window)) {
+        return None;
+    }
+    let mut windows = Vec::new();
+    let mut first = 0u32;
+    while first < n_rows {
+        let start = 4 * (x.offset as u64 + first as u64 * x.stride as u64);
+        let offset = start / align * align;
+        if offset + window > x.buf.size {
+            return None;
+        }
+        let x_offset = (start - offset) / 4;
+        // Rows whose k inputs end inside the window: x_offset + (rows - 1) * stride + k <= window / 4.
+        let room = window / 4 - x_offset - k;
+        let fit = if x.stride == 0 { u64::MAX } else { 1 + room / x.stride as u64 };
+        let rows = fit.min((n_rows - first) as u64) as u32;
+        windows.push(InputWindow { first, rows, offset, x_offset: x_offset as u32 });
+        first += rows;
+    }
+    Some(windows)
 }
 
 fn matmul_params(k: usize, c: &MatrixChunk, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue, eps: f32) -> MatmulParams {
@@ -367,20 +433,41 @@ pub fn matmul_glu(step: &mut Step, gate: &Matrix, up: &Matrix, x: &Rows, y: &Row
 /// the GLU), with the RMSNorm folded in when `norm` is given.
 #[allow(clippy::too_many_arguments)]
 fn matmul_cpu(step: &mut Step, w: &Matrix, up: Option<&Matrix>, norm: Option<&NormInput>, x: &Rows, y: &Rows, n_rows: u32, epilogue: Epilogue) -> Result<()> {
-    let p = matmul_pipeline(step.gpu(), w, x, n_rows, up.is_some(), norm.is_some())?;
+    let windows = input_windows(step.gpu(), w.k, x, n_rows, norm.is_some());
+    let window_bytes = windows.as_ref().map(|_| step.gpu().caps.uniform_window);
+    let p = matmul_pipeline(step.gpu(), w, x, n_rows, up.is_some(), norm.is_some(), window_bytes)?;
+    let eps = norm.map(|n| n.eps).unwrap_or(0.0);
     for (i, c) in w.chunks.iter().enumerate() {
-        let params = matmul_params(w.k, c, x, y, n_rows, epilogue, norm.map(|n| n.eps).unwrap_or(0.0));
-        let mut resources = vec![Resource::Buffer(x.buf.clone()), c.storage.clone()];
         let mut bytes = c.storage.bytes();
         if let Some(u) = up {
-            resources.push(u.chunks[i].storage.clone());
             bytes += u.chunks[i].storage.bytes();
         }
-        resources.push(Resource::Buffer(y.buf.clone()));
-        if let Some(n) = norm {
-            resources.push(Resource::Buffer(n.weight.clone()));
+        // Bindings in the kernel's order: input, weight(s), output, then the norm weights.
+        let bindings = |input: Resource, norm_weights: Option<Resource>| {
+            let mut resources = vec![input, c.storage.clone()];
+            if let Some(u) = up {
+                resources.push(u.chunks[i].storage.clone());
+            }
+            resources.push(Resource::Buffer(y.buf.clone()));
+            resources.extend(norm_weights);
+            resources
+        };
+        let Some(windows) = &windows else {
+            let params = matmul_params(w.k, c, x, y, n_rows, epilogue, eps);
+            let resources = bindings(Resource::Buffer(x.buf.clone()), norm.map(|n| Resource::Buffer(n.weight.clone())));
+            step.dispatch_weights(&p, &params, resources, matmul_groups(c, n_rows), bytes);
+            continue;
+        };
+        let size = window_bytes.unwrap_or(0) as u64;
+        for win in windows {
+            let mut params = matmul_params(w.k, c, x, y, win.rows, epilogue, eps);
+            params.x_offset = win.x_offset;
+            params.y_offset = y.offset + win.first * y.stride;
+            let input = Resource::Window { buf: x.buf.clone(), offset: win.offset, size };
+            let norm_weights = norm.map(|n| Resource::Window { buf: n.weight.clone(), offset: 0, size: 4 * w.k as u64 });
+            // Each window's pass reads the weights again (multi-row passes past a window's rows).
+            step.dispatch_weights(&p, &params, bindings(input, norm_weights), matmul_groups(c, win.rows), bytes);
         }
-        step.dispatch_weights(&p, &params, resources, matmul_groups(c, n_rows), bytes);
     }
     Ok(())
 }

@@ -46,6 +46,14 @@ pub fn flat_groups(threads: u32, wg: u32) -> [u32; 3] {
     }
 }
 
+/// The bind-group cache key of a dispatch's resources (with the params buffer): ids and windows.
+fn bind_group_key(params: u64, resources: &[Resource]) -> Vec<u64> {
+    let mut key = Vec::with_capacity(2 * resources.len() + 1);
+    key.push(params);
+    key.extend(resources.iter().flat_map(Resource::key));
+    key
+}
+
 impl<'g> Step<'g> {
     pub fn new(gpu: &'g Gpu) -> Self {
         Self { gpu, params: Vec::new(), dispatches: Vec::new(), label: Arc::from("") }
@@ -141,9 +149,7 @@ impl<'g> Step<'g> {
         }
         let mut cache = gpu.bind_groups.lock().map_err(|_| EngineError::Gpu("bind group cache poisoned".into()))?;
         for d in &self.dispatches {
-            let mut key_ids = Vec::with_capacity(d.resources.len() + 1);
-            key_ids.push(params.id);
-            key_ids.extend(d.resources.iter().map(Resource::id));
+            let key_ids = bind_group_key(params.id, &d.resources);
             let key = (d.pipeline.id, key_ids);
             if !cache.contains_key(&key) {
                 let mut entries = vec![wgpu::BindGroupEntry {
@@ -167,9 +173,7 @@ impl<'g> Step<'g> {
         }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None });
         for d in &self.dispatches {
-            let mut key_ids = Vec::with_capacity(d.resources.len() + 1);
-            key_ids.push(params.id);
-            key_ids.extend(d.resources.iter().map(Resource::id));
+            let key_ids = bind_group_key(params.id, &d.resources);
             let bg = &cache[&(d.pipeline.id, key_ids)];
             pass.set_pipeline(&d.pipeline.pipeline);
             pass.set_bind_group(0, bg, &[(d.slot as u64 * PARAMS_SLOT) as u32]);

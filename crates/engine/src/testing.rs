@@ -53,8 +53,9 @@ pub fn test_gpus() -> Vec<(String, Arc<Gpu>)> {
     for (name, backend) in test_backends() {
         let name = name.as_str();
         // Native variants really native: f16 weights read as f16 from storage buffers even where
-        // packed f16 or weight textures would be picked.
-        let opts = GpuOptions { backend, packed_f16: Some(false), weight_textures: Some(false), ..Default::default() };
+        // packed f16 or weight textures would be picked, and matmul inputs read from storage
+        // (the fallback configuration reads them through uniform windows).
+        let opts = GpuOptions { backend, packed_f16: Some(false), weight_textures: Some(false), uniform_inputs: Some(false), ..Default::default() };
         let native = pollster::block_on(Gpu::new(&opts))
             .unwrap_or_else(|e| panic!("GPU test adapter '{name}' is required but unavailable: {e}"));
         let has_native_variants = native.caps.f16 || native.caps.subgroup;
@@ -80,9 +81,10 @@ pub fn test_gpu_kernels(name: &str, backend: BackendChoice) -> Arc<Gpu> {
     pollster::block_on(Gpu::new(&opts)).unwrap_or_else(|e| panic!("GPU test adapter '{name}' is required but unavailable: {e}"))
 }
 
-/// A storage buffer holding `data` (test inputs).
+/// An activation buffer holding `data` (test inputs: the CPU family reads them through uniform
+/// windows where the device uses them, as it reads a model's activations).
 pub fn upload_f32(gpu: &Gpu, data: &[f32]) -> Arc<GpuBuffer> {
-    let b = gpu.buffer("test", (data.len() * 4) as u64).unwrap_or_else(|e| panic!("test buffer: {e}"));
+    let b = gpu.activation_buffer("test", (data.len() * 4) as u64).unwrap_or_else(|e| panic!("test buffer: {e}"));
     gpu.write(&b, 0, data);
     b
 }

@@ -475,3 +475,63 @@ fn normed_matmul_matches_reference_and_is_batch_invariant() {
         }
     }
 }
+
+/// The CPU family's uniform input windows (`Caps::uniform_window`) against its storage reads, bit
+/// for bit: rows at an unaligned offset, spread over several windows (k = 1536: ten rows per 64 KiB
+/// window), plain, GLU and with the RMSNorm folded in, for float and block weights.
+#[test]
+fn uniform_input_windows_match_storage_reads_bit_for_bit() {
+    use domino_engine::kernels::NormInput;
+    use domino_engine::testing::test_backends;
+    use domino_engine::GpuOptions;
+    for (name, backend) in test_backends() {
+        let open = |uniform: bool| {
+            let opts = GpuOptions { backend, kernels: domino_engine::KernelChoice::Cpu, uniform_inputs: Some(uniform), ..Default::default() };
+            block_on(Gpu::new(&opts)).unwrap_or_else(|e| panic!("GPU test adapter '{name}' is required but unavailable: {e}"))
+        };
+        let (windowed, storage) = (open(true), open(false));
+        assert!(windowed.caps.uniform_window >= 16384, "{name}: no uniform window on a CPU-family device");
+        assert_eq!(storage.caps.uniform_window, 0);
+        let mut rng = Rng::new(41);
+        let (k, n, offset) = (1536usize, 40usize, 100usize);
+        let (g, u, norm_w) = (rng.vec(n * k, 0.4), rng.vec(n * k, 0.4), rng.vec(k, 1.0));
+        let x = rng.vec(offset + 64 * k, 1.5);
+        for format in [WeightFormat::F16, WeightFormat::Quant(QuantType::Q4_1), WeightFormat::Quant(QuantType::Q6_K)] {
+            for rows in [1usize, 17, 64] {
+                for (glu, normed) in [(false, false), (true, false), (false, true), (true, true)] {
+                    if normed && rows > 1 {
+                        continue; // multi-row passes normalise in a pass of their own
+                    }
+                    let run = |gpu: &Arc<Gpu>| -> Vec<f32> {
+                        let gm = Matrix::from_f32(gpu, "g", n, k, &g, format).unwrap();
+                        let um = Matrix::from_f32(gpu, "u", n, k, &u, format).unwrap();
+                        let (xb, yb, nb) = (upload(gpu, &x), upload(gpu, &vec![0.0; rows * n]), upload(gpu, &norm_w));
+                        let scratch = gpu.buffer("scratch", (k * 4) as u64).unwrap();
+                        let norm = NormInput { weight: &nb, eps: 1e-6, scratch: Rows::new(&scratch, 0, k as u32) };
+                        let (xr, yr) = (Rows::new(&xb, offset as u32, k as u32), Rows::new(&yb, 0, n as u32));
+                        let mut step = Step::new(gpu);
+                        match (glu, normed) {
+                            (false, false) => kernels::matmul(&mut step, &gm, &xr, &yr, rows as u32, Epilogue::Store).unwrap(),
+                            (true, false) => kernels::matmul_glu(&mut step, &gm, &um, &xr, &yr, rows as u32).unwrap(),
+                            (false, true) => kernels::matmul_normed(&mut step, &gm, &norm, &xr, &yr, rows as u32, Epilogue::Store).unwrap(),
+                            (true, true) => kernels::matmul_glu_normed(&mut step, &gm, &um, &norm, &xr, &yr, rows as u32).unwrap(),
+                        }
+                        let plan = step.plan();
+                        let windows = plan.iter().filter(|d| d.variant.contains("X_UNIFORM")).count();
+                        if gpu.caps.uniform_window > 0 {
+                            // 64 rows of 1536 inputs span 7 windows of 10 rows (16384 floats each).
+                            assert_eq!(windows, if rows == 64 { 7 } else if rows == 17 { 2 } else { 1 }, "{name}: windows of {rows} rows");
+                            assert_eq!(windows, plan.len(), "{name}: every pass reads uniform windows");
+                        } else {
+                            assert_eq!(windows, 0);
+                        }
+                        step.submit().unwrap();
+                        read(gpu, &yb, rows * n)
+                    };
+                    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(run(&windowed)), bits(run(&storage)), "{name} {format:?} rows={rows} glu={glu} normed={normed}");
+                }
+            }
+        }
+    }
+}

@@ -91,7 +91,7 @@ impl Qwen3Model {
         let chunks = capacity.div_ceil(kernels::ATTENTION_CHUNK as usize) as u64;
         let per_row = shape.n_heads as u64 * chunks * shape.head_dim as u64 * 4;
         let scratch_rows = ((32u64 << 20) / per_row.max(1)).clamp(1, max_rows as u64) as u32;
-        let f = |name: &str, width: usize, rows: usize| gpu.binding_buffer(name, (rows * width * 4) as u64);
+        let f = |name: &str, width: usize, rows: usize| gpu.activation_buffer(name, (rows * width * 4) as u64);
         let state = BatchState {
             capacity,
             max_rows,

@@ -121,7 +121,7 @@ impl DrafterModel {
         let c = &self.config;
         let b = c.block_size;
         let rows = b.max(max_ctx_rows);
-        let f = |name: &str, width: usize, rows: usize| gpu.binding_buffer(name, (rows * width * 4) as u64);
+        let f = |name: &str, width: usize, rows: usize| gpu.activation_buffer(name, (rows * width * 4) as u64);
         let kv_bytes = (capacity * c.kv_width() * 4) as u64;
         let mut k_cache = Vec::new();
         let mut v_cache = Vec::new();

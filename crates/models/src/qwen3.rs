@@ -266,7 +266,7 @@ impl Qwen3Model {
         let scratch_budget = (32u64 << 20).min(gpu.caps.max_storage_binding);
         let scratch_rows = (scratch_budget / per_row.max(1)).clamp(1, max_rows as u64) as u32;
         let scratch = AttentionScratch::new(gpu, shape, scratch_rows, capacity as u32)?;
-        let f = |name: &str, width: usize, rows: usize| gpu.binding_buffer(name, (rows * width * 4) as u64);
+        let f = |name: &str, width: usize, rows: usize| gpu.activation_buffer(name, (rows * width * 4) as u64);
         let state = ForwardState {
             rope: kernels::rope_table(gpu, capacity, c.head_dim, c.rope_theta)?,
             scratch,

@@ -146,7 +146,7 @@ impl<'m> Batcher<'m> {
             return Err(RuntimeError::Unsupported("feature capture must be enabled before sequences are admitted".into()));
         }
         let width = layers.len() * c.hidden_size;
-        let dst = self.model.gpu.binding_buffer("captured features (batch)", (self.state.max_rows * width * 4) as u64)?;
+        let dst = self.model.gpu.activation_buffer("captured features (batch)", (self.state.max_rows * width * 4) as u64)?;
         self.capture = Some(FeatureCapture { layers: layers.to_vec(), width, dst });
         Ok(())
     }

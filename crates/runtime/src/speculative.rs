@@ -94,7 +94,7 @@ impl<'m> SpeculativeSession<'m> {
         let gpu = &target.gpu;
         // Feature rows of committed positions not yet in the draft context (up to MAX_ROWS after
         // plain steps), then room for a verify pass's k + 1 rows.
-        let features = gpu.binding_buffer("target features", ((MAX_ROWS + k + 1) * width * 4) as u64)?;
+        let features = gpu.activation_buffer("target features", ((MAX_ROWS + k + 1) * width * 4) as u64)?;
         let result = gpu.binding_buffer("round result", ((k + 2) * 4) as u64)?;
         Ok(Self { target, drafter, state, draft, features, result, costs: None })
     }
