@@ -105,6 +105,7 @@ mod tests {
             max_storage_binding: 1 << 27,
             max_buffer: 1 << 31,
             uniform_align: 32,
+            uniform_window: 65536,
             memory_budget: Some(23_971_332_096),
         };
         let less_free = domino_engine::Caps { memory_budget: Some(23_811_682_304), ..caps };
