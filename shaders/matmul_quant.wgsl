@@ -300,6 +300,57 @@ fn silu(v: vec4<f32>) -> vec4<f32> {
 
 const WG: u32 = {{WG}}u;
 
+// The 16 columns' sums of one row, four vec4s. Each row has its own variable, indexed only by
+// constants: llvmpipe keeps such arrays in registers, but a row loop too long for its unroller
+// leaves acc[r * 4 + c] dynamically indexed in memory (4 rows per invocation ran 4x slower).
+alias Acc4 = array<vec4<f32>, 4>;
+
+// acc += xv * w, column by column with one fma each (the order the invariants require).
+fn mac4(acc: ptr<function, Acc4>, xv: f32, w: Acc4) {
+    let v = vec4<f32>(xv);
+    (*acc)[0] = fma(v, w[0], (*acc)[0]);
+    (*acc)[1] = fma(v, w[1], (*acc)[1]);
+    (*acc)[2] = fma(v, w[2], (*acc)[2]);
+    (*acc)[3] = fma(v, w[3], (*acc)[3]);
+}
+
+// Input k of the invocation's row r (rows past n_rows re-read the last row; their results are
+// never stored), RMSNorm-ed with the row's scale `inv` when NORM.
+fn x_in(r0: u32, r: u32, k: u32, inv: f32) -> f32 {
+    let row = min(r0 + r, p.n_rows - 1u);
+#if NORM
+    return x_scalar(p.x_offset + row * p.x_stride + k) * inv * norm_at(k);
+#else
+    return x_scalar(p.x_offset + row * p.x_stride + k);
+#endif
+}
+
+// Write row r0 + r of the group's 16 columns (gate `acc`, and `up` for the GLU).
+fn store_row(blk: u32, r0: u32, r: u32, acc: Acc4, up: Acc4) {
+    let row = r0 + r;
+    if (row >= p.n_rows) {
+        return;
+    }
+    let base = p.y_offset + row * p.y_stride + p.col0 + blk * 16u;
+    for (var j = 0u; j < 4u; j = j + 1u) {
+#if GLU
+        let out = silu(acc[j]) * up[j];
+#else
+        let out = acc[j];
+#endif
+        for (var e = 0u; e < 4u; e = e + 1u) {
+            let c = blk * 16u + j * 4u + e;
+            if (c < p.cols) {
+                if (p.accumulate != 0u) {
+                    y[base + j * 4u + e] = y[base + j * 4u + e] + out[e];
+                } else {
+                    y[base + j * 4u + e] = out[e];
+                }
+            }
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let blk = gid.x;
@@ -308,12 +359,25 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let groups_per_kb = p.wcols / 16u;
-    var acc: array<vec4<f32>, ROWS * 4u>;
-#if GLU
-    var acc_up: array<vec4<f32>, ROWS * 4u>;
-#endif
+    // One accumulator set per row (ROWS <= 8); `if (ROWS > n)` is constant, so unused rows vanish.
+    var a0: Acc4;
+    var a1: Acc4;
+    var a2: Acc4;
+    var a3: Acc4;
+    var a4: Acc4;
+    var a5: Acc4;
+    var a6: Acc4;
+    var a7: Acc4;
+    var u0: Acc4;
+    var u1: Acc4;
+    var u2: Acc4;
+    var u3: Acc4;
+    var u4: Acc4;
+    var u5: Acc4;
+    var u6: Acc4;
+    var u7: Acc4;
+    var inv = array<f32, 8>(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0);
 #if NORM
-    var inv: array<f32, ROWS>;
     for (var r = 0u; r < ROWS; r = r + 1u) {
         inv[r] = inv_rms(min(r0 + r, p.n_rows - 1u));
     }
@@ -344,9 +408,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
                 for (var e = 0u; e < PER_WORD; e = e + 1u) {
                     let k = (g * SB + s) * 32u + j * PER_WORD + e;
-                    var wg: array<vec4<f32>, 4>;
+                    var wg: Acc4;
 #if GLU
-                    var wu: array<vec4<f32>, 4>;
+                    var wu: Acc4;
 #endif
                     for (var c = 0u; c < 4u; c = c + 1u) {
                         wg[c] = dequant(q[c], h[c], j, e, sc.d[c], sc.m[c]);
@@ -354,47 +418,70 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
                         wu[c] = dequant(qu[c], hu[c], j, e, scu.d[c], scu.m[c]);
 #endif
                     }
-                    for (var r = 0u; r < ROWS; r = r + 1u) {
-                        // Rows past n_rows re-read the last row; their results are never stored.
-                        let row = min(r0 + r, p.n_rows - 1u);
-#if NORM
-                        let xv = vec4<f32>(x_scalar(p.x_offset + row * p.x_stride + k) * inv[r] * norm_at(k));
-#else
-                        let xv = vec4<f32>(x_scalar(p.x_offset + row * p.x_stride + k));
-#endif
-                        for (var c = 0u; c < 4u; c = c + 1u) {
-                            acc[r * 4u + c] = fma(xv, wg[c], acc[r * 4u + c]);
+                    let x0 = x_in(r0, 0u, k, inv[0]);
+                    mac4(&a0, x0, wg);
 #if GLU
-                            acc_up[r * 4u + c] = fma(xv, wu[c], acc_up[r * 4u + c]);
+                    mac4(&u0, x0, wu);
 #endif
-                        }
+                    if (ROWS > 1u) {
+                        let x1 = x_in(r0, 1u, k, inv[1]);
+                        mac4(&a1, x1, wg);
+#if GLU
+                        mac4(&u1, x1, wu);
+#endif
+                    }
+                    if (ROWS > 2u) {
+                        let x2 = x_in(r0, 2u, k, inv[2]);
+                        mac4(&a2, x2, wg);
+#if GLU
+                        mac4(&u2, x2, wu);
+#endif
+                    }
+                    if (ROWS > 3u) {
+                        let x3 = x_in(r0, 3u, k, inv[3]);
+                        mac4(&a3, x3, wg);
+#if GLU
+                        mac4(&u3, x3, wu);
+#endif
+                    }
+                    if (ROWS > 4u) {
+                        let x4 = x_in(r0, 4u, k, inv[4]);
+                        mac4(&a4, x4, wg);
+#if GLU
+                        mac4(&u4, x4, wu);
+#endif
+                    }
+                    if (ROWS > 5u) {
+                        let x5 = x_in(r0, 5u, k, inv[5]);
+                        mac4(&a5, x5, wg);
+#if GLU
+                        mac4(&u5, x5, wu);
+#endif
+                    }
+                    if (ROWS > 6u) {
+                        let x6 = x_in(r0, 6u, k, inv[6]);
+                        mac4(&a6, x6, wg);
+#if GLU
+                        mac4(&u6, x6, wu);
+#endif
+                    }
+                    if (ROWS > 7u) {
+                        let x7 = x_in(r0, 7u, k, inv[7]);
+                        mac4(&a7, x7, wg);
+#if GLU
+                        mac4(&u7, x7, wu);
+#endif
                     }
                 }
             }
         }
     }
-    for (var r = 0u; r < ROWS; r = r + 1u) {
-        let row = r0 + r;
-        if (row >= p.n_rows) {
-            break;
-        }
-        let base = p.y_offset + row * p.y_stride + p.col0 + blk * 16u;
-        for (var j = 0u; j < 4u; j = j + 1u) {
-#if GLU
-            let out = silu(acc[r * 4u + j]) * acc_up[r * 4u + j];
-#else
-            let out = acc[r * 4u + j];
-#endif
-            for (var e = 0u; e < 4u; e = e + 1u) {
-                let c = blk * 16u + j * 4u + e;
-                if (c < p.cols) {
-                    if (p.accumulate != 0u) {
-                        y[base + j * 4u + e] = y[base + j * 4u + e] + out[e];
-                    } else {
-                        y[base + j * 4u + e] = out[e];
-                    }
-                }
-            }
-        }
-    }
+    store_row(blk, r0, 0u, a0, u0);
+    if (ROWS > 1u) { store_row(blk, r0, 1u, a1, u1); }
+    if (ROWS > 2u) { store_row(blk, r0, 2u, a2, u2); }
+    if (ROWS > 3u) { store_row(blk, r0, 3u, a3, u3); }
+    if (ROWS > 4u) { store_row(blk, r0, 4u, a4, u4); }
+    if (ROWS > 5u) { store_row(blk, r0, 5u, a5, u5); }
+    if (ROWS > 6u) { store_row(blk, r0, 6u, a6, u6); }
+    if (ROWS > 7u) { store_row(blk, r0, 7u, a7, u7); }
 }

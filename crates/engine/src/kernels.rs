@@ -106,6 +106,11 @@ pub const MAX_HEAD_DIM: usize = 256;
 /// vec4 accumulators of a 16-column invocation in registers on llvmpipe, whose compiler spills 16 of
 /// them (4 rows: prefill and verify ran at half the speed, measured on SmolLM2 f16 and Q4_1).
 pub const MATMUL_ROWS: u32 = 3;
+/// Rows per invocation of the quantized multi-row matmul. matmul_quant.wgsl keeps each row's sums in
+/// a variable of its own, indexed only by constants, so more rows no longer fall off llvmpipe's loop
+/// unroller into dynamically indexed memory (8 rows ran 5x slower before that); its dequantization
+/// is shared by 4 rows (6 and 8 measured no faster at batch 8: more accumulators spill).
+pub const MATMUL_QUANT_ROWS: u32 = 4;
 /// Output columns per matmul invocation and workgroup size (matmul.wgsl's block and WG).
 const MATMUL_COLS: u32 = 16;
 const MATMUL_WG: u32 = 16;
@@ -202,7 +207,7 @@ pub enum Epilogue {
 /// The CPU family's matmul pipeline for `w`, with the RMSNorm folded in when `norm`, reading x
 /// (and the norm weights) through uniform windows of `window` bytes when given.
 fn matmul_pipeline(gpu: &Gpu, w: &Matrix, x: &Rows, n_rows: u32, glu: bool, norm: bool, window: Option<u32>) -> Result<Arc<Pipeline>> {
-    let rows = if n_rows == 1 { 1 } else { MATMUL_ROWS };
+    let rows = rows_per_invocation(w, n_rows);
     let quant = matches!(w.format, WeightFormat::Quant(_));
     let spec = cpu_matmul_spec(window.is_some(), quant, w.on_texture(), glu, norm);
     // Float kernels read x four inputs at a time where its layout allows (the same sums either way).
@@ -275,8 +280,17 @@ fn matmul_params(k: usize, c: &MatrixChunk, x: &Rows, y: &Rows, n_rows: u32, epi
     }
 }
 
-fn matmul_groups(c: &MatrixChunk, n_rows: u32) -> [u32; 3] {
-    let rows_per = if n_rows == 1 { 1 } else { MATMUL_ROWS };
+/// Rows per invocation of the CPU family's matmul over `w`: 1 for decode, else the multi-row
+/// variant's (`MATMUL_QUANT_ROWS` for blocks, `MATMUL_ROWS` for floats).
+fn rows_per_invocation(w: &Matrix, n_rows: u32) -> u32 {
+    match (n_rows, w.format) {
+        (1, _) => 1,
+        (_, WeightFormat::Quant(_)) => MATMUL_QUANT_ROWS,
+        _ => MATMUL_ROWS,
+    }
+}
+
+fn matmul_groups(c: &MatrixChunk, rows_per: u32, n_rows: u32) -> [u32; 3] {
     [c.cols.div_ceil(MATMUL_COLS).div_ceil(MATMUL_WG), n_rows.div_ceil(rows_per), 1]
 }
 
@@ -455,7 +469,7 @@ fn matmul_cpu(step: &mut Step, w: &Matrix, up: Option<&Matrix>, norm: Option<&No
         let Some(windows) = &windows else {
             let params = matmul_params(w.k, c, x, y, n_rows, epilogue, eps);
             let resources = bindings(Resource::Buffer(x.buf.clone()), norm.map(|n| Resource::Buffer(n.weight.clone())));
-            step.dispatch_weights(&p, &params, resources, matmul_groups(c, n_rows), bytes);
+            step.dispatch_weights(&p, &params, resources, matmul_groups(c, rows_per_invocation(w, n_rows), n_rows), bytes);
             continue;
         };
         let size = window_bytes.unwrap_or(0) as u64;
@@ -466,7 +480,7 @@ fn matmul_cpu(step: &mut Step, w: &Matrix, up: Option<&Matrix>, norm: Option<&No
             let input = Resource::Window { buf: x.buf.clone(), offset: win.offset, size };
             let norm_weights = norm.map(|n| Resource::Window { buf: n.weight.clone(), offset: 0, size: 4 * w.k as u64 });
             // Each window's pass reads the weights again (multi-row passes past a window's rows).
-            step.dispatch_weights(&p, &params, bindings(input, norm_weights), matmul_groups(c, win.rows), bytes);
+            step.dispatch_weights(&p, &params, bindings(input, norm_weights), matmul_groups(c, rows_per_invocation(w, n_rows), win.rows), bytes);
         }
     }
     Ok(())

@@ -1,9 +1,10 @@
 //! Time one continuous-batching decode step at batch sizes 1, 2, 4, 8 and 16 (the server's step):
 //!
-//!     cargo run --release -p domino-runtime --example batch_profile -- MODEL.gguf|DIR [vulkan|gl] [steps] [auto|cpu|gpu]
+//!     cargo run --release -p domino-runtime --example batch_profile -- MODEL.gguf|DIR [vulkan|gl] [steps] [auto|cpu|gpu] [uniform|storage]
 //!
 //! Prints the mean step time and the tokens per second it implies for each batch size, so the
-//! scaling of `domino serve` can be read without HTTP in the way.
+//! scaling of `domino serve` can be read without HTTP in the way. The last argument picks how the
+//! CPU family reads matmul inputs (`GpuOptions::uniform_inputs`), to compare both in one sitting.
 
 use domino_engine::{BackendChoice, DTypeChoice, Gpu, GpuOptions, KernelChoice};
 use domino_models::{open_model, Qwen3Model};
@@ -16,7 +17,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let backend = BackendChoice::parse(args.get(2).map(String::as_str).unwrap_or("vulkan"))?;
     let steps: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(24);
     let kernels = KernelChoice::parse(args.get(4).map(String::as_str).unwrap_or("auto")).map_err(|_| "kernels: auto, cpu or gpu")?;
-    let gpu = pollster::block_on(Gpu::new(&GpuOptions { backend, kernels, ..Default::default() }))?;
+    let uniform_inputs = match args.get(5).map(String::as_str) {
+        None | Some("uniform") => None,
+        Some("storage") => Some(false),
+        Some(_) => return Err("inputs: uniform or storage".into()),
+    };
+    let gpu = pollster::block_on(Gpu::new(&GpuOptions { backend, kernels, uniform_inputs, ..Default::default() }))?;
     let files = open_model(std::path::Path::new(path))?;
     let model = Qwen3Model::load_with(gpu, files.config, files.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {})?;
     let mut one = None::<f64>;
