@@ -13,7 +13,7 @@ use domino_runtime::{Batcher, GenerateOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).ok_or("usage: batch_profile MODEL [backend] [steps]")?;
+    let path = args.get(1).ok_or("usage: batch_profile MODEL [backend] [steps] [auto|cpu|gpu] [uniform|storage]")?;
     let backend = BackendChoice::parse(args.get(2).map(String::as_str).unwrap_or("vulkan"))?;
     let steps: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(24);
     let kernels = KernelChoice::parse(args.get(4).map(String::as_str).unwrap_or("auto")).map_err(|_| "kernels: auto, cpu or gpu")?;
