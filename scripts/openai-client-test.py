@@ -44,6 +44,9 @@ check(text == (choice.message.content or ""), f"streamed {text!r} != whole {choi
 finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
 check(finishes == [choice.finish_reason], f"finish reasons {finishes}")
 check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens, f"usage chunk {chunks[-1]}")
+# The repeated prompt came from the prefix cache (all of it but the last token), parsed by the client.
+details = chunks[-1].usage.prompt_tokens_details
+check(details is not None and details.cached_tokens == whole.usage.prompt_tokens - 1, f"cached tokens {details}")
 
 completion = client.completions.create(model=model, prompt="The sea is", max_tokens=8, temperature=0)
 check(completion.object == "text_completion" and isinstance(completion.choices[0].text, str), f"completion {completion}")

@@ -67,7 +67,11 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
         return Err(CliError::Usage(format!("--context {context}: expected 1..={max_pos} (the model's max_position_embeddings)")));
     }
     let sampling = SamplingConfig { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
+    // Each turn resends the conversation: the plain session keeps its common prefix cached.
     let mut plain = if args.draft.is_none() { Some(Session::new(&loaded.model, context)?) } else { None };
+    if let Some(session) = plain.as_mut() {
+        session.set_prefix_reuse(true);
+    }
     let drafter = match &args.draft {
         Some(d) => Some(load_drafter(&loaded.model, d, args.block_size, drafter_format(dtype))?),
         None => None,
@@ -146,7 +150,11 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
 
 fn stats_line(g: &domino_runtime::Generation, acceptance: Option<f64>) -> String {
     let s = &g.stats;
-    let mut line = format!("[{} tokens, {:.1} tok/s, prompt {} tokens at {:.1} tok/s", s.generated_tokens, s.decode_tokens_per_s, s.prompt_tokens, s.prefill_tokens_per_s);
+    let mut line = format!("[{} tokens, {:.1} tok/s, prompt {} tokens", s.generated_tokens, s.decode_tokens_per_s, s.prompt_tokens);
+    if s.cached_prompt_tokens > 0 {
+        line += &format!(" ({} cached)", s.cached_prompt_tokens);
+    }
+    line += &format!(" at {:.1} tok/s", s.prefill_tokens_per_s);
     if let Some(a) = acceptance {
         line += &format!(", mean acceptance {a:.2}");
     }

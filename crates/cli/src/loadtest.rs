@@ -41,7 +41,8 @@ pub struct LoadtestArgs {
 
 #[derive(Debug, Clone)]
 enum Outcome {
-    Ok { latency: f64, ttft: f64, tokens: usize },
+    /// `prompt` tokens, `cached` of them from the server's prefix cache (as its usage reports).
+    Ok { latency: f64, ttft: f64, tokens: usize, prompt: usize, cached: usize },
     Error(String),
     Lost(String),
 }
@@ -105,13 +106,15 @@ fn one_request(agent: &ureq::Agent, url: &str, a: &LoadtestArgs, i: usize) -> Ou
             Ok(v) => {
                 let latency = t0.elapsed().as_secs_f64();
                 let tokens = v["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize;
-                Outcome::Ok { latency, ttft: latency, tokens }
+                let (prompt, cached) = prompt_usage(&v["usage"]);
+                Outcome::Ok { latency, ttft: latency, tokens, prompt, cached }
             }
             Err(e) => Outcome::Lost(format!("unreadable answer: {e}")),
         };
     }
     let mut ttft = None;
     let mut tokens = 0;
+    let (mut prompt, mut cached) = (0, 0);
     for line in BufReader::new(resp.into_reader()).lines() {
         let line = match line {
             Ok(l) => l,
@@ -120,7 +123,7 @@ fn one_request(agent: &ureq::Agent, url: &str, a: &LoadtestArgs, i: usize) -> Ou
         let Some(data) = line.strip_prefix("data: ").or_else(|| line.strip_prefix("data:")) else { continue };
         if data.trim() == "[DONE]" {
             let latency = t0.elapsed().as_secs_f64();
-            return Outcome::Ok { latency, ttft: ttft.unwrap_or(latency), tokens };
+            return Outcome::Ok { latency, ttft: ttft.unwrap_or(latency), tokens, prompt, cached };
         }
         let Ok(v) = serde_json::from_str::<Value>(data) else { return Outcome::Lost(format!("bad event: {data}")) };
         if v.get("error").is_some() {
@@ -131,9 +134,16 @@ fn one_request(agent: &ureq::Agent, url: &str, a: &LoadtestArgs, i: usize) -> Ou
         }
         if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
             tokens = n as usize;
+            (prompt, cached) = prompt_usage(&v["usage"]);
         }
     }
     Outcome::Lost("the stream ended without [DONE]".into())
+}
+
+/// Prompt tokens and the cached ones (`prompt_tokens_details.cached_tokens`, 0 when absent).
+fn prompt_usage(usage: &Value) -> (usize, usize) {
+    let n = |v: &Value| v.as_u64().unwrap_or(0) as usize;
+    (n(&usage["prompt_tokens"]), n(&usage["prompt_tokens_details"]["cached_tokens"]))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -148,14 +158,17 @@ fn summarize(a: &LoadtestArgs, outcomes: &[Outcome], wall: f64) -> Value {
     let mut lat = Vec::new();
     let mut ttft = Vec::new();
     let mut tokens = 0;
+    let (mut prompt_tokens, mut cached_tokens) = (0, 0);
     let mut errors = Vec::new();
     let mut lost = Vec::new();
     for o in outcomes {
         match o {
-            Outcome::Ok { latency, ttft: t, tokens: n } => {
+            Outcome::Ok { latency, ttft: t, tokens: n, prompt, cached } => {
                 lat.push(*latency);
                 ttft.push(*t);
                 tokens += n;
+                prompt_tokens += prompt;
+                cached_tokens += cached;
             }
             Outcome::Error(e) => errors.push(e.clone()),
             Outcome::Lost(e) => lost.push(e.clone()),
@@ -176,6 +189,8 @@ fn summarize(a: &LoadtestArgs, outcomes: &[Outcome], wall: f64) -> Value {
         "requests_per_s": lat.len() as f64 / wall.max(1e-9),
         "output_tokens": tokens,
         "output_tokens_per_s": tokens as f64 / wall.max(1e-9),
+        "prompt_tokens": prompt_tokens,
+        "cached_prompt_tokens": cached_tokens,
         "time_to_first_token_s": pct(&ttft),
         "latency_s": pct(&lat),
         "first_errors": errors.iter().chain(lost.iter()).take(3).collect::<Vec<_>>(),
@@ -187,6 +202,7 @@ fn print_table(r: &Value) {
     println!("clients {}  requests {}  stream {}  max_tokens {}", r["clients"], r["requests"], r["stream"], r["max_tokens"]);
     println!("completed {}  errors {}  lost {}  in {:.1} s", r["completed"], r["errors"], r["lost"], f(&r["wall_seconds"]));
     println!("requests/s {:.2}  output tok/s {:.1}  ({} tokens)", f(&r["requests_per_s"]), f(&r["output_tokens_per_s"]), r["output_tokens"]);
+    println!("prompt tokens {}  ({} from the server's prefix cache)", r["prompt_tokens"], r["cached_prompt_tokens"]);
     for (name, key) in [("time to first token", "time_to_first_token_s"), ("latency", "latency_s")] {
         let p = &r[key];
         println!("{name:>20}: p50 {:.3} s  p90 {:.3} s  p99 {:.3} s", f(&p["p50"]), f(&p["p90"]), f(&p["p99"]));

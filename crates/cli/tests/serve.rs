@@ -167,6 +167,7 @@ fn serve_speaks_openai_and_batches_exactly() {
         assert_eq!(v["choices"][0]["finish_reason"], "length");
         assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
         assert_eq!(v["usage"]["total_tokens"], v["usage"]["prompt_tokens"].as_u64().unwrap() + 20);
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "a cold prompt");
 
         // Streamed: role, content deltas, finish reason, usage, [DONE]; the same text.
         let mut body = chat_body("hello there", 20);
@@ -183,6 +184,18 @@ fn serve_speaks_openai_and_batches_exactly() {
         let usage = &events[events.len() - 2];
         assert_eq!(usage["choices"], json!([]));
         assert_eq!(usage["usage"]["completion_tokens"], 20);
+        // The same prompt again: all of it but the last token comes from the prefix cache.
+        let prompt_tokens = usage["usage"]["prompt_tokens"].as_u64().unwrap();
+        assert_eq!(usage["usage"]["prompt_tokens_details"]["cached_tokens"], prompt_tokens - 1);
+        assert_eq!(server.metric("domino_prompt_tokens_cached_total"), (prompt_tokens - 1) as f64);
+
+        // A second turn resends the first: the shared head is cached (the tiny model's reply need not
+        // encode back to its own tokens, so not necessarily all of it).
+        let turn2 = json!({"messages": [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": text}, {"role": "user", "content": "and again"}], "max_tokens": 8, "temperature": 0});
+        let (code, v2) = server.post("/v1/chat/completions", &turn2);
+        assert_eq!(code, 200, "{v2}");
+        let cached = v2["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        assert!(cached > 0 && cached < v2["usage"]["prompt_tokens"].as_u64().unwrap(), "{v2}");
 
         // The same request alone and among 7 others (different prompts, lengths, sampling).
         let prompts: Vec<String> = (0..8).map(|i| format!("request number {i} {}", "abc ".repeat(i * 3))).collect();
@@ -388,6 +401,8 @@ fn chat_streams_replies_with_the_whole_conversation_and_refuses_overflow() {
     assert_eq!(errors.len(), 1, "only the overflowing turn is refused: {stderr}");
     assert!(errors[0].contains("context"), "{stderr}");
     assert_eq!(stderr.lines().filter(|l| l.starts_with('[') && l.contains("tok/s")).count(), 3, "a stats line per reply: {stderr}");
+    // The repeated question and the later turn reuse the cached conversation prefix.
+    assert_eq!(stderr.lines().filter(|l| l.starts_with('[') && l.contains(" cached)")).count(), 2, "{stderr}");
 }
 
 #[test]
@@ -421,4 +436,39 @@ fn serve_refuses_a_batch_that_does_not_fit_before_uploading() {
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(lines[0].starts_with("error: ") && lines[0].contains("16 sequences of 256 positions") && lines[0].contains("--max-batch"), "{stderr}");
+}
+
+#[test]
+fn loadtest_counts_requests_tokens_and_failures() {
+    let model = tiny_model();
+    let server = Server::start(model.path(), &backends()[0], &["--max-batch", "4", "--context", "128"]);
+    let loadtest = |url: &str, extra: &[&str]| -> Value {
+        let mut args = vec!["loadtest", "--url", url, "--clients", "3", "--requests", "6", "--max-tokens", "8", "--json"];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_domino")).args(&args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    for stream in [true, false] {
+        // ignore_eos is not sent, so a reply may stop early; the tiny model rarely does in 8 tokens.
+        let r = loadtest(&server.url, if stream { &["--stream"] } else { &[] });
+        assert_eq!((r["completed"].as_u64(), r["errors"].as_u64(), r["lost"].as_u64()), (Some(6), Some(0), Some(0)), "{r}");
+        let tokens = r["output_tokens"].as_u64().unwrap();
+        assert!((6..=48).contains(&tokens), "{r}");
+        assert!(r["output_tokens_per_s"].as_f64().unwrap() > 0.0);
+        let p = &r["latency_s"];
+        assert!(p["p50"].as_f64().unwrap() > 0.0 && p["p50"].as_f64() <= p["p99"].as_f64(), "{r}");
+        assert!(r["time_to_first_token_s"]["p50"].as_f64() <= p["p50"].as_f64(), "{r}");
+        // The requests differ only in their last words: after the first, their heads are cached.
+        let (prompt, cached) = (r["prompt_tokens"].as_u64().unwrap(), r["cached_prompt_tokens"].as_u64().unwrap());
+        assert!(prompt > 0 && cached > 0 && cached < prompt, "{r}");
+    }
+    // Nobody listening: every request is lost, none is an error, and the run still reports.
+    let dead = format!("http://127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let r = loadtest(&dead, &[]);
+    assert_eq!((r["completed"].as_u64(), r["errors"].as_u64(), r["lost"].as_u64()), (Some(0), Some(0), Some(6)), "{r}");
+    // A wrong key: every request is an error (HTTP 401), none is lost.
+    let keyed = Server::start(model.path(), &backends()[0], &["--max-batch", "2", "--context", "128", "--api-key", "k"]);
+    let r = loadtest(&keyed.url, &["--api-key", "wrong"]);
+    assert_eq!((r["completed"].as_u64(), r["errors"].as_u64(), r["lost"].as_u64()), (Some(0), Some(6), Some(0)), "{r}");
 }

@@ -1,6 +1,6 @@
 //! Time one continuous-batching decode step at batch sizes 1, 2, 4, 8 and 16 (the server's step):
 //!
-//!     cargo run --release -p domino-runtime --example batch_profile -- MODEL.gguf|DIR [vulkan|gl] [steps] [auto|cpu|gpu] [uniform|storage]
+//!     cargo run --release -p domino-runtime --example batch_profile -- MODEL.gguf|DIR [vulkan|gl] [steps] [auto|cpu|gpu] [uniform|storage] [stored|f32|f16]
 //!
 //! Prints the mean step time and the tokens per second it implies for each batch size, so the
 //! scaling of `domino serve` can be read without HTTP in the way. The last argument picks how the
@@ -22,9 +22,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("storage") => Some(false),
         Some(_) => return Err("inputs: uniform or storage".into()),
     };
+    let dtype = match args.get(6).map(String::as_str) {
+        None | Some("stored") => DTypeChoice::AsStored,
+        Some("f32") => DTypeChoice::Format(domino_engine::WeightFormat::F32),
+        Some("f16") => DTypeChoice::Format(domino_engine::WeightFormat::F16),
+        Some(_) => return Err("dtype: stored, f32 or f16".into()),
+    };
     let gpu = pollster::block_on(Gpu::new(&GpuOptions { backend, kernels, uniform_inputs, ..Default::default() }))?;
     let files = open_model(std::path::Path::new(path))?;
-    let model = Qwen3Model::load_with(gpu, files.config, files.weights.as_ref(), DTypeChoice::AsStored, &mut |_, _, _| {})?;
+    let model = Qwen3Model::load_with(gpu, files.config, files.weights.as_ref(), dtype, &mut |_, _, _| {})?;
     let mut one = None::<f64>;
     for b in [1usize, 2, 4, 8, 16] {
         let mut batcher = Batcher::new(&model, b, 256, 64)?;

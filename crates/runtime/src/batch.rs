@@ -6,6 +6,13 @@
 //! steps, never blocking them for a whole prompt). A finished or cancelled sequence frees its slot
 //! at once; the next admitted one reuses it (a length reset, nothing cleared).
 //!
+//! Prefix cache (`set_prefix_cache`): a freed slot remembers the tokens whose keys and values it
+//! holds. A new request takes the free slot sharing the longest prefix with its prompt and prefills
+//! only the rest (at least its last token, whose logits it needs). Chat clients resend the whole
+//! conversation every turn and share system prompts, so most of their prompt is often there already.
+//! It stays exact: a position's keys and values depend only on the tokens up to it, computed the same
+//! way in any pass (batch invariance), so reused rows equal recomputed ones bit for bit.
+//!
 //! Output is exact: the batched pass is batch-invariant (see `domino_models::batch`), the draws are
 //! numbered by position as in `Session`, so a request's tokens are those `Session::generate` gives
 //! for it alone, greedy or seeded, whatever else is running.
@@ -46,6 +53,8 @@ struct Active {
     opts: GenerateOptions,
     /// Prompt rows already in the KV cache.
     prefilled: usize,
+    /// Of those, the rows found in the slot's prefix cache at admission.
+    cached: usize,
     output: Vec<u32>,
     admitted_at: f64,
     first_token_at: Option<f64>,
@@ -74,6 +83,7 @@ impl Active {
             prefill_tokens_per_s: self.prompt.len() as f64 / prefill_seconds.max(1e-9),
             decode_tokens_per_s: if decoded > 0 { decoded as f64 / decode_seconds.max(1e-9) } else { 0.0 },
             time_to_first_token_s: prefill_seconds,
+            cached_prompt_tokens: self.cached,
         };
         BatchEvent::Finished { id: self.id, generation: Generation { prompt_ids: self.prompt, output_ids: self.output, stop_reason, stats } }
     }
@@ -97,6 +107,12 @@ pub struct Batcher<'m> {
     capture: Option<FeatureCapture>,
     /// Features of finished sequences, until `take_features`.
     finished_features: HashMap<SequenceId, Vec<f32>>,
+    /// Per slot, the tokens whose keys and values it holds (kept while the slot is free).
+    kept: Vec<Vec<u32>>,
+    /// Per slot, when it was last freed (a step count): among equal prefixes the oldest is reused.
+    freed_at: Vec<u64>,
+    frees: u64,
+    prefix_cache: bool,
 }
 
 struct FeatureCapture {
@@ -127,6 +143,10 @@ impl<'m> Batcher<'m> {
             last_shape: StepShape::default(),
             capture: None,
             finished_features: HashMap::new(),
+            kept: vec![Vec::new(); slots],
+            freed_at: vec![0; slots],
+            frees: 0,
+            prefix_cache: false,
         })
     }
 
@@ -149,6 +169,12 @@ impl<'m> Batcher<'m> {
         let dst = self.model.gpu.activation_buffer("captured features (batch)", (self.state.max_rows * width * 4) as u64)?;
         self.capture = Some(FeatureCapture { layers: layers.to_vec(), width, dst });
         Ok(())
+    }
+
+    /// Reuse the keys and values a free slot holds for a new prompt's common prefix (off by
+    /// default; feature capture ignores it, since it must see every row).
+    pub fn set_prefix_cache(&mut self, on: bool) {
+        self.prefix_cache = on;
     }
 
     /// The captured features of a finished sequence (see `capture_features`), once.
@@ -200,23 +226,61 @@ impl<'m> Batcher<'m> {
             return Err(RuntimeError::Unsupported("feature capture needs max_tokens > 0 (the prompt is captured as it is prefilled)".into()));
         }
         let id = self.next_id;
-        let active = Active { id, prompt, opts, prefilled: 0, output: Vec::new(), admitted_at: now(), first_token_at: None, features: Vec::new(), stopping: None };
+        let active = Active { id, prompt, opts, prefilled: 0, cached: 0, output: Vec::new(), admitted_at: now(), first_token_at: None, features: Vec::new(), stopping: None };
         if active.opts.max_tokens == 0 {
             self.next_id += 1;
             self.empty.push(active);
             return Ok(id);
         }
-        let slot = self.slots.iter().position(Option::is_none).ok_or_else(|| RuntimeError::Unsupported(format!("all {} sequence slots are busy", self.slots.len())))?;
+        let (slot, reuse) = self.pick_slot(&active.prompt).ok_or_else(|| RuntimeError::Unsupported(format!("all {} sequence slots are busy", self.slots.len())))?;
+        let mut active = active;
+        active.prefilled = reuse;
+        active.cached = reuse;
+        self.kept[slot].clear();
         self.model.gpu.write(&self.state.slots[slot].ids, 0, &active.prompt);
         self.next_id += 1;
         self.slots[slot] = Some(active);
         Ok(id)
     }
 
+    /// The free slot for `prompt` and how many of its leading positions are already cached there:
+    /// the longest common prefix (never the whole prompt: its last row gives the first logits), the
+    /// least recently freed slot among equals.
+    fn pick_slot(&self, prompt: &[u32]) -> Option<(usize, usize)> {
+        let use_cache = self.prefix_cache && self.capture.is_none();
+        (0..self.slots.len())
+            .filter(|&s| self.slots[s].is_none())
+            .map(|s| {
+                let common = if use_cache { self.kept[s].iter().zip(prompt).take_while(|(a, b)| a == b).count() } else { 0 };
+                (s, common.min(prompt.len() - 1))
+            })
+            .max_by_key(|&(s, reuse)| (reuse, std::cmp::Reverse(self.freed_at[s])))
+    }
+
+    /// Free `slot`, remembering which tokens' keys and values it holds: the prefilled prompt, then
+    /// every output token that was fed back (all but the last, unless capture fed it too).
+    fn release(&mut self, slot: usize) -> Option<Active> {
+        let a = self.slots[slot].take()?;
+        let mut kept = a.prompt[..a.prefilled].to_vec();
+        if !a.prefilling() {
+            let fed = if a.stopping.is_some() { a.output.len() } else { a.output.len().saturating_sub(1) };
+            kept.extend_from_slice(&a.output[..fed]);
+        }
+        self.kept[slot] = kept;
+        self.frees += 1;
+        self.freed_at[slot] = self.frees;
+        Some(a)
+    }
+
+    /// Prompt tokens of sequence `id` found in the prefix cache when it was admitted.
+    pub fn cached_prompt_tokens(&self, id: SequenceId) -> Option<usize> {
+        self.slots.iter().flatten().find(|a| a.id == id).map(|a| a.cached)
+    }
+
     /// Stop a sequence now and free its slot; returns what it generated (stop reason `Cancelled`).
     pub fn cancel(&mut self, id: SequenceId) -> Option<Generation> {
         let slot = self.slots.iter().position(|s| s.as_ref().is_some_and(|a| a.id == id))?;
-        let mut a = self.slots[slot].take()?;
+        let mut a = self.release(slot)?;
         // A sequence cancelled while waiting for its last feature row had already finished.
         let reason = a.stopping.unwrap_or(StopReason::Cancelled);
         a.features = Vec::new();
@@ -228,6 +292,8 @@ impl<'m> Batcher<'m> {
 
     /// Drop every sequence (after a GPU error): returns their ids so the caller can fail them.
     pub fn abort_all(&mut self) -> Vec<SequenceId> {
+        // What the cache held is unknown after a failed submission.
+        self.kept.iter_mut().for_each(Vec::clear);
         let mut ids: Vec<SequenceId> = self.slots.iter_mut().filter_map(|s| s.take().map(|a| a.id)).collect();
         ids.extend(self.empty.drain(..).map(|a| a.id));
         self.finished_features.clear();
@@ -312,7 +378,7 @@ impl<'m> Batcher<'m> {
 
     /// Free `slot`, keeping its captured features for `take_features`.
     fn finish_slot(&mut self, slot: usize, reason: StopReason) -> Option<BatchEvent> {
-        let mut a = self.slots[slot].take()?;
+        let mut a = self.release(slot)?;
         if self.capture.is_some() {
             self.finished_features.insert(a.id, std::mem::take(&mut a.features));
         }

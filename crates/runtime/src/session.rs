@@ -43,6 +43,9 @@ pub struct GenerationStats {
     pub prefill_tokens_per_s: f64,
     pub decode_tokens_per_s: f64,
     pub time_to_first_token_s: f64,
+    /// Prompt tokens whose keys and values were reused from an earlier request (prefix cache).
+    #[serde(default)]
+    pub cached_prompt_tokens: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +87,9 @@ pub fn validate_prompt(model: &Qwen3Model, prompt: &[u32], max_tokens: usize, ca
 pub struct Session<'m> {
     model: &'m Qwen3Model,
     state: ForwardState,
+    /// The tokens whose keys and values the cache holds after the last generation.
+    kept: Vec<u32>,
+    reuse_prefix: bool,
 }
 
 impl<'m> Session<'m> {
@@ -94,7 +100,7 @@ impl<'m> Session<'m> {
             return Err(RuntimeError::ContextOverflow { prompt: capacity, max_tokens: 0, context: max_pos, limit: "max_position_embeddings" });
         }
         let state = model.new_state(capacity.max(1), MAX_ROWS, MAX_LOGIT_ROWS)?;
-        Ok(Self { model, state })
+        Ok(Self { model, state, kept: Vec::new(), reuse_prefix: false })
     }
 
     pub fn capacity(&self) -> usize {
@@ -109,12 +115,22 @@ impl<'m> Session<'m> {
         &self.state
     }
 
+    /// Let `generate` keep the keys and values of the previous prompt's longest common prefix with
+    /// the new one and prefill only the rest (a chat resends the whole conversation every turn).
+    /// Exact: a position's keys and values depend only on the tokens up to it. Off by default, so
+    /// repeated runs of one prompt (benchmarks) measure a whole prefill.
+    pub fn set_prefix_reuse(&mut self, on: bool) {
+        self.reuse_prefix = on;
+        self.kept.clear();
+    }
+
     /// Check a prompt against the vocabulary and the context before touching the GPU.
     pub fn validate(&self, prompt: &[u32], max_tokens: usize) -> Result<()> {
         validate_prompt(self.model, prompt, max_tokens, self.capacity())
     }
 
-    /// Generate from scratch (the KV cache is reset: a length reset, nothing is cleared).
+    /// Generate from scratch (the KV cache is reset: a length reset, nothing is cleared; with
+    /// `set_prefix_reuse`, the common prefix with the previous prompt and output is kept).
     /// `on_token` sees every new token and returns false to stop early.
     pub async fn generate(&mut self, prompt: &[u32], opts: &GenerateOptions, on_token: &mut dyn FnMut(u32) -> bool) -> Result<Generation> {
         self.validate(prompt, opts.max_tokens)?;
@@ -127,11 +143,16 @@ impl<'m> Session<'m> {
         if opts.max_tokens == 0 {
             return Ok(Generation { prompt_ids: prompt.to_vec(), output_ids: output, stop_reason, stats });
         }
+        // Never the whole prompt: its last row gives the first token's logits.
+        let reuse = if self.reuse_prefix { self.kept.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(n - 1) } else { 0 };
+        stats.cached_prompt_tokens = reuse;
+        // Until this generation ends well, the cache holds nothing known.
+        self.kept.clear();
         gpu.write(&self.state.ids, 0, prompt);
 
-        // Prefill: every prompt row, logits of the last one, the first token sampled into ids[n].
+        // Prefill: the prompt rows not cached, logits of the last one, the first token sampled into ids[n].
         let t0 = now();
-        let first = read_token(self.submit_step(0, n as u32, &opts.sampling)?.wait(gpu).await?);
+        let first = read_token(self.submit_step(reuse as u32, (n - reuse) as u32, &opts.sampling)?.wait(gpu).await?);
         let t1 = now();
         stats.prefill_seconds = t1 - t0;
         stats.time_to_first_token_s = t1 - t0;
@@ -167,6 +188,8 @@ impl<'m> Session<'m> {
         }
         // A step queued past a stop is simply dropped; its writes lie beyond the committed tokens.
         drop(queued);
+        // Every output token but the last was fed back.
+        self.kept = prompt.iter().chain(&output[..output.len().saturating_sub(1)]).copied().collect();
         stats.decode_seconds = now() - t1;
         stats.generated_tokens = output.len();
         stats.prefill_tokens_per_s = n as f64 / stats.prefill_seconds.max(1e-9);

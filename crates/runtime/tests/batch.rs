@@ -146,3 +146,104 @@ fn cancel_frees_the_slot_and_bad_requests_are_refused() {
     let ev = block_on(batcher.step()).unwrap();
     assert!(matches!(&ev[..], [BatchEvent::Finished { id, generation }] if *id == z && generation.output_ids.is_empty()));
 }
+
+/// Runs one request through `batcher` to the end; returns its tokens and its cached prompt tokens.
+fn run_one(batcher: &mut Batcher, prompt: &[u32], opts: &GenerateOptions) -> (Vec<u32>, usize) {
+    let id = batcher.admit(prompt.to_vec(), opts.clone()).unwrap();
+    let cached = batcher.cached_prompt_tokens(id).unwrap();
+    loop {
+        for e in block_on(batcher.step()).unwrap() {
+            if let BatchEvent::Finished { id: done, generation } = e {
+                if done == id {
+                    assert_eq!(generation.stats.cached_prompt_tokens, cached);
+                    return (generation.output_ids, cached);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn prefix_cache_reuses_common_prefixes_and_stays_exact() {
+    let spec = TinySpec { embed_scale: 4.0, seed: 33, ..TinySpec::default() };
+    let (_dir, config, ckpt) = load(&spec);
+    let vocab = config.vocab_size as u32;
+    let greedy = GenerateOptions { max_tokens: 10, ignore_eos: true, ..Default::default() };
+    let sampled = GenerateOptions { sampling: SamplingConfig { temperature: 0.8, top_k: 0, top_p: 0.9, seed: 7 }, ..greedy.clone() };
+    let first: Vec<u32> = (0..20).map(|j| (j * 13 + 5) % vocab).collect();
+    for (name, gpu) in &test_gpus() {
+        for format in [WeightFormat::F32, WeightFormat::F16] {
+            let model = Qwen3Model::load(gpu.clone(), config.clone(), &ckpt, format, &mut |_, _, _| {}).unwrap();
+            let mut session = Session::new(&model, 160).unwrap();
+            let mut solo = |p: &[u32], o: &GenerateOptions| block_on(session.generate(p, o, &mut |_| true)).unwrap().output_ids;
+            let mut batcher = Batcher::new(&model, 2, 160, 64).unwrap();
+            batcher.set_prefix_cache(true);
+            let ctx = format!("{name} {format:?}");
+
+            let (out, cached) = run_one(&mut batcher, &first, &greedy);
+            assert_eq!((out.clone(), cached), (solo(&first, &greedy), 0), "{ctx}: cold");
+            // A second turn: the first prompt, its reply, and more. All but the reply's last token
+            // (never fed back) are cached.
+            let turn2: Vec<u32> = first.iter().chain(&out).copied().chain([3, 1, 4, 1, 5]).collect();
+            let (out2, cached) = run_one(&mut batcher, &turn2, &sampled);
+            assert_eq!(cached, first.len() + out.len() - 1, "{ctx}: second turn");
+            assert_eq!(out2, solo(&turn2, &sampled), "{ctx}: second turn tokens");
+            // The same prompt again: everything but its last token, whose logits are needed.
+            let (again, cached) = run_one(&mut batcher, &first, &greedy);
+            assert_eq!((again, cached), (out.clone(), first.len() - 1), "{ctx}: repeated prompt");
+            // A shared head only (a system prompt), then a different tail.
+            let branch: Vec<u32> = first[..12].iter().copied().chain([9, 9, 2, 6]).collect();
+            let (out3, cached) = run_one(&mut batcher, &branch, &greedy);
+            assert_eq!((out3, cached), (solo(&branch, &greedy), 12), "{ctx}: shared head");
+
+            // Cancelled in the middle of its prefill (100 rows take two steps): the prefilled rows
+            // are reusable, the rest is computed.
+            let long: Vec<u32> = (0..100).map(|j| (j * 7 + 2) % vocab).collect();
+            let id = batcher.admit(long.clone(), greedy.clone()).unwrap();
+            block_on(batcher.step()).unwrap();
+            batcher.cancel(id).unwrap();
+            let (out4, cached) = run_one(&mut batcher, &long, &greedy);
+            assert_eq!((out4, cached), (solo(&long, &greedy), 64), "{ctx}: after a cancelled prefill");
+
+            // Off: nothing is reused.
+            batcher.set_prefix_cache(false);
+            let (again, cached) = run_one(&mut batcher, &first, &greedy);
+            assert_eq!((again, cached), (out, 0), "{ctx}: cache off");
+        }
+    }
+}
+
+#[test]
+fn prefix_cache_keeps_concurrent_requests_exact() {
+    // Eight requests, four of which repeat another's prompt, through 4 reused slots.
+    let spec = TinySpec { embed_scale: 4.0, seed: 34, ..TinySpec::default() };
+    let (_dir, config, ckpt) = load(&spec);
+    let mut reqs = requests(config.vocab_size as u32);
+    for i in 4..8 {
+        reqs[i].0 = reqs[i - 4].0.iter().copied().chain([i as u32]).collect();
+    }
+    for (name, gpu) in &test_gpus() {
+        let model = Qwen3Model::load(gpu.clone(), config.clone(), &ckpt, WeightFormat::F32, &mut |_, _, _| {}).unwrap();
+        let want = alone(&model, &reqs);
+        let mut batcher = Batcher::new(&model, 4, 160, 64).unwrap();
+        batcher.set_prefix_cache(true);
+        let mut ids = Vec::new();
+        let mut done: HashMap<SequenceId, (Vec<u32>, usize)> = HashMap::new();
+        let mut next = 0;
+        while done.len() < reqs.len() {
+            while next < reqs.len() && batcher.has_free_slot() {
+                ids.push(batcher.admit(reqs[next].0.clone(), reqs[next].1.clone()).unwrap());
+                next += 1;
+            }
+            for e in block_on(batcher.step()).unwrap() {
+                if let BatchEvent::Finished { id, generation } = e {
+                    done.insert(id, (generation.output_ids, generation.stats.cached_prompt_tokens));
+                }
+            }
+        }
+        let got: Vec<Vec<u32>> = ids.iter().map(|id| done[id].0.clone()).collect();
+        assert_eq!(got, want, "{name}");
+        let cached: usize = done.values().map(|d| d.1).sum();
+        assert!(cached > 0, "{name}: the repeated prompts must hit the cache");
+    }
+}

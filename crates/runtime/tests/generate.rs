@@ -99,3 +99,39 @@ fn bad_prompts_give_clear_errors() {
     // The session still works after the errors.
     assert_eq!(block_on(session.generate(&[1, 2], &opts, &mut |_| true)).unwrap().output_ids.len(), 10);
 }
+
+#[test]
+fn prefix_reuse_keeps_the_common_prefix_and_matches_the_reference() {
+    let spec = TinySpec { embed_scale: 4.0, seed: 23, ..TinySpec::default() };
+    let (_dir, config, ckpt) = load(&spec);
+    let reference = ReferenceModel::load(config.clone(), &ckpt, false).unwrap();
+    let first: Vec<u32> = vec![5, 6, 7, 8, 9, 10];
+    for (name, gpu) in &test_gpus() {
+        let model = Qwen3Model::load(gpu.clone(), config.clone(), &ckpt, WeightFormat::F32, &mut |_, _, _| {}).unwrap();
+        let mut session = Session::new(&model, 96).unwrap();
+        session.set_prefix_reuse(true);
+        let opts = GenerateOptions { max_tokens: 12, ignore_eos: true, ..Default::default() };
+        let g = block_on(session.generate(&first, &opts, &mut |_| true)).unwrap();
+        assert_eq!((g.output_ids.clone(), g.stats.cached_prompt_tokens), (reference.greedy(&first, 12), 0), "{name}: cold");
+        // A second turn: the first prompt, the reply, more tokens; all but the reply's last token cached.
+        let turn2: Vec<u32> = first.iter().chain(&g.output_ids).copied().chain([40, 41, 42]).collect();
+        let g2 = block_on(session.generate(&turn2, &opts, &mut |_| true)).unwrap();
+        assert_eq!(g2.stats.cached_prompt_tokens, first.len() + 12 - 1, "{name}");
+        assert_eq!(g2.output_ids, reference.greedy(&turn2, 12), "{name}: second turn");
+        // A cancelled generation keeps only what it fed; a diverging prompt reuses the shared head.
+        let mut n = 0;
+        let g3 = block_on(session.generate(&turn2[..10], &opts, &mut |_| {
+            n += 1;
+            n < 3
+        }))
+        .unwrap();
+        assert_eq!(g3.stop_reason, StopReason::Cancelled);
+        let branch: Vec<u32> = turn2[..8].iter().copied().chain([1, 2]).collect();
+        let g4 = block_on(session.generate(&branch, &opts, &mut |_| true)).unwrap();
+        assert_eq!((g4.output_ids, g4.stats.cached_prompt_tokens), (reference.greedy(&branch, 12), 8), "{name}: branch");
+        // Off (the default): a whole prefill.
+        session.set_prefix_reuse(false);
+        let g5 = block_on(session.generate(&turn2, &opts, &mut |_| true)).unwrap();
+        assert_eq!((g5.output_ids, g5.stats.cached_prompt_tokens), (g2.output_ids, 0), "{name}: off");
+    }
+}

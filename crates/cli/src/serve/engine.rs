@@ -24,6 +24,8 @@ use tokio::sync::mpsc::UnboundedSender;
 /// What a request receives, in order: tokens, then exactly one `Done` or `Failed`.
 #[derive(Debug)]
 pub enum JobEvent {
+    /// The request took a batch slot holding this many of its prompt tokens already (prefix cache).
+    Admitted { cached_prompt_tokens: usize },
     Token(u32),
     /// The end, with the speculative rounds' statistics when the request was drafted for.
     Done(Generation, Option<SpeculativeStats>),
@@ -47,6 +49,8 @@ pub struct EngineConfig {
     pub slots: usize,
     pub context: usize,
     pub max_rows: usize,
+    /// Reuse cached prompt prefixes (see `Batcher::set_prefix_cache`).
+    pub prefix_cache: bool,
 }
 
 /// A drafter, and how to calibrate its round costs once the engine's session exists.
@@ -125,7 +129,10 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
         }
     };
     let mut batcher = match Batcher::new(model, cfg.slots, cfg.context, cfg.max_rows) {
-        Ok(b) => b,
+        Ok(mut b) => {
+            b.set_prefix_cache(cfg.prefix_cache);
+            b
+        }
         Err(e) => {
             report(Err(e.to_string()));
             return Exit::Drained;
@@ -240,6 +247,8 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
             metrics.waiting.fetch_sub(1, Ordering::Relaxed);
             match batcher.admit(job.prompt, job.opts) {
                 Ok(id) => {
+                    let cached_prompt_tokens = batcher.cached_prompt_tokens(id).unwrap_or(0);
+                    let _ = job.events.send(JobEvent::Admitted { cached_prompt_tokens });
                     running.insert(id, job.events);
                 }
                 Err(e) => {
@@ -266,6 +275,7 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
                         }
                         BatchEvent::Finished { id, generation } => {
                             metrics.prompt_tokens.fetch_add(generation.prompt_ids.len() as u64, Ordering::Relaxed);
+                            metrics.cached_prompt_tokens.fetch_add(generation.stats.cached_prompt_tokens as u64, Ordering::Relaxed);
                             let spec = handed.remove(&id);
                             if let Some(tx) = running.remove(&id) {
                                 let _ = tx.send(JobEvent::Done(generation, spec));

@@ -15,6 +15,8 @@ pub struct Metrics {
     pub cancelled: AtomicU64,
     pub gpu_errors: AtomicU64,
     pub prompt_tokens: AtomicU64,
+    /// Prompt tokens found in the prefix cache (not prefilled again).
+    pub cached_prompt_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
     pub steps: AtomicU64,
     pub decode_rows: AtomicU64,
@@ -58,7 +60,8 @@ impl Metrics {
             ("{status=\"rejected_queue_full\"}", g(&self.rejected_queue_full).to_string()),
             ("{status=\"cancelled\"}", g(&self.cancelled).to_string()),
         ]);
-        metric("domino_prompt_tokens_total", "counter", "Prompt tokens prefilled.", &[("", g(&self.prompt_tokens).to_string())]);
+        metric("domino_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", &[("", g(&self.prompt_tokens).to_string())]);
+        metric("domino_prompt_tokens_cached_total", "counter", "Prompt tokens reused from the prefix cache instead of prefilled.", &[("", g(&self.cached_prompt_tokens).to_string())]);
         metric("domino_generated_tokens_total", "counter", "Tokens generated.", &[("", g(&self.generated_tokens).to_string())]);
         metric("domino_queue_length", "gauge", "Requests waiting for a sequence slot.", &[("", self.waiting.load(Ordering::Relaxed).to_string())]);
         metric("domino_active_sequences", "gauge", "Sequences holding a slot.", &[("", self.active.load(Ordering::Relaxed).to_string())]);

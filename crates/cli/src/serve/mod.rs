@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// context, at most 2048.
     #[arg(long)]
     pub context: Option<usize>,
+    /// Prefill every prompt in full instead of reusing the keys and values a free slot holds for
+    /// the prompt's longest common prefix (a shared system prompt, the earlier turns of a chat).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
     /// Require `Authorization: Bearer KEY` on /v1/ routes.
     #[arg(long)]
     pub api_key: Option<String>,
@@ -109,7 +113,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let metrics = Arc::new(Metrics::new(args.max_batch));
     let (tx, rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
-    let cfg = EngineConfig { slots: args.max_batch, context, max_rows: BATCH_MAX_ROWS };
+    let cfg = EngineConfig { slots: args.max_batch, context, max_rows: BATCH_MAX_ROWS, prefix_cache: !args.no_prefix_cache };
     let drafting = load_drafting(&loaded.model, &args, &path, dtype)?;
     let engine_metrics = metrics.clone();
     let model = loaded.model;
@@ -331,13 +335,13 @@ impl Reply {
         self.envelope(true, json!([choice]))
     }
 
-    fn whole(&self, text: &str, finish: &str, completion_tokens: usize, extra: Value) -> Value {
+    fn whole(&self, text: &str, finish: &str, completion_tokens: usize, cached: usize, extra: Value) -> Value {
         let choice = match self.endpoint {
             Endpoint::Chat => json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish}),
             Endpoint::Completion => json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish}),
         };
         let mut v = self.envelope(false, json!([choice]));
-        v["usage"] = openai::usage(self.prompt_tokens, completion_tokens);
+        v["usage"] = openai::usage(self.prompt_tokens, completion_tokens, cached);
         v["domino"] = extra;
         v
     }
@@ -378,6 +382,8 @@ struct Progress {
     text: TextStream,
     stop_ids: Vec<u32>,
     tokens: usize,
+    /// Prompt tokens the engine found in its prefix cache.
+    cached: usize,
 }
 
 enum Next {
@@ -392,6 +398,7 @@ impl Progress {
     async fn next(&mut self) -> Next {
         loop {
             match self.rx.recv().await {
+                Some(JobEvent::Admitted { cached_prompt_tokens }) => self.cached = cached_prompt_tokens,
                 Some(JobEvent::Token(t)) => {
                     self.tokens += 1;
                     if self.stop_ids.contains(&t) {
@@ -473,7 +480,7 @@ async fn respond(app: Arc<App>, endpoint: Endpoint, prompt: Vec<u32>, sampling: 
     };
     let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
     let reply = Reply { endpoint, id: app.id(prefix), created: now_secs(), model: app.model_id.clone(), prompt_tokens };
-    let mut progress = Progress { rx, text: TextStream::new(app.tokenizer.clone(), sampling.stops.clone()), stop_ids: app.stop_ids.clone(), tokens: 0 };
+    let mut progress = Progress { rx, text: TextStream::new(app.tokenizer.clone(), sampling.stops.clone()), stop_ids: app.stop_ids.clone(), tokens: 0, cached: 0 };
     // Wait for the first event before answering, so a request that fails before its first token
     // (a GPU error, shutdown) gets a real error status even when streamed.
     let first = progress.next().await;
@@ -489,7 +496,7 @@ async fn respond(app: Arc<App>, endpoint: Endpoint, prompt: Vec<u32>, sampling: 
                 Next::End(s, stopped, g) => {
                     text.push_str(&s);
                     app.metrics.requests_ok.fetch_add(1, Ordering::Relaxed);
-                    return Json(reply.whole(&text, finish_reason(stopped, g.as_ref()), progress.tokens, extension(g.as_ref()))).into_response();
+                    return Json(reply.whole(&text, finish_reason(stopped, g.as_ref()), progress.tokens, progress.cached, extension(g.as_ref()))).into_response();
                 }
                 Next::Failed(e) => return fail(&app, e),
             }
@@ -527,7 +534,7 @@ fn stream(app: Arc<App>, reply: Reply, mut progress: Progress, first: Next, incl
                     send(last);
                     if include_usage {
                         let mut usage = reply.envelope(true, json!([]));
-                        usage["usage"] = openai::usage(reply.prompt_tokens, progress.tokens);
+                        usage["usage"] = openai::usage(reply.prompt_tokens, progress.tokens, progress.cached);
                         send(usage);
                     }
                     let _ = out.send(Event::default().data("[DONE]"));

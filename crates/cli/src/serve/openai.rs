@@ -247,6 +247,7 @@ pub fn completion_prompt(prompt: &Value) -> Result<String, ApiError> {
     }
 }
 
-pub fn usage(prompt: usize, completion: usize) -> Value {
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+/// OpenAI's usage object; `cached` prompt tokens came from the prefix cache.
+pub fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}})
 }
