@@ -22,7 +22,8 @@
 //   X_UNIFORM variant (CPU adapters): x is a uniform window of X_WINDOW vec4s (x_offset counts from
 //              the window's start) and norm_w a uniform array of NORM_WINDOW = k / 4 vec4s: llvmpipe
 //              gathers uniform words branch-free where it loads storage words in a per-lane loop.
-// Defines: ROWS (rows per invocation: 1 for decode, 3 otherwise: MATMUL_ROWS in kernels.rs), F32 | F16, GLU,
+// Defines: ROWS (rows per invocation: 1 for decode, else up to MATMUL_ROWS = 3, balanced over the
+// passes: kernels.rs rows_per_invocation), F32 | F16, GLU,
 // NORM (x is RMSNorm-ed on the fly: binding 5 holds the k norm weights, eps in Params; see inv_rms),
 // TEXTURE with TEX_SHIFT (log2 of the texture width), X4 (x read as vec4: k, x_offset, x_stride
 // multiples of 4), X_UNIFORM with X_WINDOW (and NORM_WINDOW).

@@ -33,8 +33,8 @@
 //              the window's start) and norm_w a uniform array of NORM_WINDOW = k / 4 vec4s. llvmpipe
 //              gathers uniform words branch-free but loads storage words in a per-lane loop of
 //              branches; every lane reads the same x, so the input loads cost far less this way.
-// Defines: Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K, ROWS (1 for decode, 3 otherwise:
-// MATMUL_ROWS in kernels.rs), GLU, TEXTURE with TEX_SHIFT, NORM (x is RMSNorm-ed on the fly: binding 5
+// Defines: Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K, ROWS (1 for decode, else up to
+// MATMUL_QUANT_ROWS = 4, balanced over the passes: kernels.rs rows_per_invocation), GLU, TEXTURE with TEX_SHIFT, NORM (x is RMSNorm-ed on the fly: binding 5
 // holds the k norm weights, eps in Params; see inv_rms), X_UNIFORM with X_WINDOW (and NORM_WINDOW).
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
