@@ -10,6 +10,8 @@
 //! holds. A new request takes the free slot sharing the longest prefix with its prompt and prefills
 //! only the rest (at least its last token, whose logits it needs). Chat clients resend the whole
 //! conversation every turn and share system prompts, so most of their prompt is often there already.
+//! Sequences in flight share as well (`share_prefixes`): a prompt copies the rows it has in common
+//! with another sequence's computed rows, or waits for an older one still prefilling them.
 //! It stays exact: a position's keys and values depend only on the tokens up to it, computed the same
 //! way in any pass (batch invariance), so reused rows equal recomputed ones bit for bit.
 //!
@@ -25,7 +27,7 @@
 use crate::clock::now;
 use crate::error::{Result, RuntimeError};
 use crate::session::{validate_prompt, GenerateOptions, Generation, GenerationStats, StopReason};
-use domino_engine::{GpuBuffer, Step};
+use domino_engine::{GpuBuffer, Rows, Step};
 use domino_models::batch::{BatchState, Segment};
 use domino_models::qwen3::Capture;
 use domino_models::Qwen3Model;
@@ -67,6 +69,13 @@ struct Active {
 impl Active {
     fn prefilling(&self) -> bool {
         self.prefilled < self.prompt.len()
+    }
+
+    /// The tokens whose keys and values are in the slot now: the prefilled prompt, then every
+    /// output token fed back (all but the newest, which the next step feeds).
+    fn computed(&self) -> impl Iterator<Item = &u32> {
+        let fed = if self.prefilling() { 0 } else if self.stopping.is_some() { self.output.len() } else { self.output.len().saturating_sub(1) };
+        self.prompt[..self.prefilled].iter().chain(&self.output[..fed])
     }
 
     fn finish(self, stop_reason: StopReason) -> BatchEvent {
@@ -251,7 +260,7 @@ impl<'m> Batcher<'m> {
         (0..self.slots.len())
             .filter(|&s| self.slots[s].is_none())
             .map(|s| {
-                let common = if use_cache { self.kept[s].iter().zip(prompt).take_while(|(a, b)| a == b).count() } else { 0 };
+                let common = if use_cache { common_prefix(self.kept[s].iter(), prompt) } else { 0 };
                 (s, common.min(prompt.len() - 1))
             })
             .max_by_key(|&(s, reuse)| (reuse, std::cmp::Reverse(self.freed_at[s])))
@@ -261,12 +270,7 @@ impl<'m> Batcher<'m> {
     /// every output token that was fed back (all but the last, unless capture fed it too).
     fn release(&mut self, slot: usize) -> Option<Active> {
         let a = self.slots[slot].take()?;
-        let mut kept = a.prompt[..a.prefilled].to_vec();
-        if !a.prefilling() {
-            let fed = if a.stopping.is_some() { a.output.len() } else { a.output.len().saturating_sub(1) };
-            kept.extend_from_slice(&a.output[..fed]);
-        }
-        self.kept[slot] = kept;
+        self.kept[slot] = a.computed().copied().collect();
         self.frees += 1;
         self.freed_at[slot] = self.frees;
         Some(a)
@@ -304,16 +308,25 @@ impl<'m> Batcher<'m> {
     /// Returns the new tokens and the sequences that finished, in slot order.
     pub async fn step(&mut self) -> Result<Vec<BatchEvent>> {
         let mut events: Vec<BatchEvent> = self.empty.drain(..).map(|a| a.finish(StopReason::MaxTokens)).collect();
-        let segments = self.plan();
+        let (copies, held) = self.share_prefixes();
+        let segments = self.plan(&held);
         self.last_shape = StepShape {
             decode_rows: segments.iter().filter(|s| !s.prefill).count(),
             prefill_rows: segments.iter().filter(|s| s.prefill).map(|s| s.seg.n_rows as usize).sum(),
         };
-        if segments.is_empty() {
+        if segments.is_empty() && copies.is_empty() {
             return Ok(events);
         }
         let gpu = &self.model.gpu;
         let mut step = Step::new(gpu);
+        // Shared prefixes first: the pass below may overwrite a donor's later rows, never these.
+        for c in &copies {
+            self.record_kv_copy(&mut step, c)?;
+        }
+        if segments.is_empty() {
+            step.submit()?;
+            return Ok(events);
+        }
         let segs: Vec<Segment> = segments.iter().map(|s| s.seg).collect();
         let capture = self.capture.as_ref().map(|c| Capture { layers: &c.layers, dst: &c.dst, dst_row: 0 });
         let n_logits = self.model.record_batch(&mut step, &self.state, &segs, capture.as_ref())?;
@@ -385,9 +398,65 @@ impl<'m> Batcher<'m> {
         Some(a.finish(reason))
     }
 
+    /// Prompts that share a prefix with another sequence in flight (prefix cache on, no capture):
+    /// - a prefilling sequence copies the keys and values of its longest common prefix with any
+    ///   other sequence's computed rows, instead of computing them (`KvCopy`, recorded before the pass);
+    /// - one whose prefix an older prefilling sequence has yet to compute waits for it (`held`):
+    ///   requests that arrive together with one system prompt compute it once, not once each.
+    ///
+    /// The oldest prefilling sequence is never held, so prefill always progresses.
+    fn share_prefixes(&mut self) -> (Vec<KvCopy>, Vec<bool>) {
+        let mut held = vec![false; self.slots.len()];
+        let mut copies = Vec::new();
+        if !self.prefix_cache || self.capture.is_some() {
+            return (copies, held);
+        }
+        let mut order: Vec<usize> = (0..self.slots.len()).filter(|&s| self.slots[s].as_ref().is_some_and(Active::prefilling)).collect();
+        order.sort_by_key(|&s| self.slots[s].as_ref().map_or(0, |a| a.id));
+        for &b in &order {
+            let Some(seq) = self.slots[b].as_ref() else { continue };
+            let (prompt, id, mut prefilled) = (&seq.prompt, seq.id, seq.prefilled);
+            let limit = prompt.len() - 1;
+            let mut donor = None;
+            for (d, other) in self.slots.iter().enumerate() {
+                let Some(other) = other.as_ref().filter(|_| d != b) else { continue };
+                let common = common_prefix(other.computed(), prompt).min(limit);
+                if common > prefilled {
+                    donor = Some(d);
+                    prefilled = common;
+                }
+            }
+            // An older sequence still prefilling this prompt's head: wait for its rows.
+            held[b] = order.iter().any(|&a| {
+                self.slots[a].as_ref().is_some_and(|older| older.id < id && {
+                    let shared = common_prefix(older.prompt.iter(), prompt).min(limit);
+                    shared > prefilled && older.prefilled < shared
+                })
+            });
+            if let (Some(src), Some(seq)) = (donor, self.slots[b].as_mut()) {
+                copies.push(KvCopy { src, dst: b, from: seq.prefilled, to: prefilled });
+                seq.cached += prefilled - seq.prefilled;
+                seq.prefilled = prefilled;
+            }
+        }
+        (copies, held)
+    }
+
+    /// Copy positions [from, to) of every layer's keys and values from slot `src` to slot `dst`.
+    fn record_kv_copy(&self, step: &mut Step, c: &KvCopy) -> Result<()> {
+        let width = self.model.config.kv_width() as u32;
+        let (src, dst) = (&self.state.slots[c.src], &self.state.slots[c.dst]);
+        let rows = (c.to - c.from) as u32;
+        let at = c.from as u32 * width;
+        for (s, d) in src.k_cache.iter().zip(&dst.k_cache).chain(src.v_cache.iter().zip(&dst.v_cache)) {
+            domino_engine::kernels::copy_rows(step, &Rows::new(s, at, width), &Rows::new(d, at, width), width, rows)?;
+        }
+        Ok(())
+    }
+
     /// This step's segments: decode rows first (so their logits rows are x rows 0.., no gather), then
-    /// prompt chunks, oldest request first, while rows remain.
-    fn plan(&self) -> Vec<Planned> {
+    /// prompt chunks, oldest request first, while rows remain; `held` slots wait.
+    fn plan(&self, held: &[bool]) -> Vec<Planned> {
         let mut out = Vec::new();
         for (slot, a) in self.slots.iter().enumerate() {
             if let Some(a) = a.as_ref().filter(|a| !a.prefilling()) {
@@ -398,7 +467,7 @@ impl<'m> Batcher<'m> {
             }
         }
         let mut budget = self.state.max_rows - out.len();
-        let mut waiting: Vec<(usize, &Active)> = self.slots.iter().enumerate().filter_map(|(i, a)| a.as_ref().filter(|a| a.prefilling()).map(|a| (i, a))).collect();
+        let mut waiting: Vec<(usize, &Active)> = self.slots.iter().enumerate().filter(|(i, _)| !held[*i]).filter_map(|(i, a)| a.as_ref().filter(|a| a.prefilling()).map(|a| (i, a))).collect();
         waiting.sort_by_key(|(_, a)| a.id);
         for (slot, a) in waiting {
             if budget == 0 {
@@ -411,6 +480,19 @@ impl<'m> Batcher<'m> {
         }
         out
     }
+}
+
+/// Rows [from, to) of slot `src`'s keys and values, copied into slot `dst` (a shared prefix).
+struct KvCopy {
+    src: usize,
+    dst: usize,
+    from: usize,
+    to: usize,
+}
+
+/// How many leading tokens two sequences share.
+fn common_prefix<'a>(a: impl Iterator<Item = &'a u32>, b: &[u32]) -> usize {
+    a.zip(b).take_while(|(x, y)| x == y).count()
 }
 
 struct Planned {

@@ -247,3 +247,66 @@ fn prefix_cache_keeps_concurrent_requests_exact() {
         assert!(cached > 0, "{name}: the repeated prompts must hit the cache");
     }
 }
+
+#[test]
+fn requests_sharing_a_head_compute_it_once_and_stay_exact() {
+    // Eight requests arriving together with one 30-token head (a system prompt), then their own
+    // tails; and one joining later whose prompt continues a running sequence's prompt and output.
+    let spec = TinySpec { embed_scale: 4.0, seed: 35, ..TinySpec::default() };
+    let (_dir, config, ckpt) = load(&spec);
+    let vocab = config.vocab_size as u32;
+    let head: Vec<u32> = (0..30).map(|j| (j * 11 + 3) % vocab).collect();
+    let mut reqs: Vec<(Vec<u32>, GenerateOptions)> = (0..8u32)
+        .map(|i| {
+            let prompt = head.iter().copied().chain((0..=i % 4).map(|j| (i * 17 + j * 5 + 1) % vocab)).collect();
+            let sampling = if i % 2 == 1 { SamplingConfig { temperature: 0.9, top_k: 0, top_p: 0.95, seed: 50 + i as u64 } } else { SamplingConfig::greedy() };
+            (prompt, GenerateOptions { max_tokens: 10 + i as usize, sampling, ignore_eos: true, stop_ids: vec![] })
+        })
+        .collect();
+    for (name, gpu) in &test_gpus() {
+        for format in [WeightFormat::F32, WeightFormat::F16] {
+            let model = Qwen3Model::load(gpu.clone(), config.clone(), &ckpt, format, &mut |_, _, _| {}).unwrap();
+            let ctx = format!("{name} {format:?}");
+            let mut batcher = Batcher::new(&model, 9, 160, 64).unwrap();
+            batcher.set_prefix_cache(true);
+            let mut ids: Vec<SequenceId> = reqs[..8].iter().map(|(p, o)| batcher.admit(p.clone(), o.clone()).unwrap()).collect();
+            let mut streamed: HashMap<SequenceId, Vec<u32>> = HashMap::new();
+            let mut done: HashMap<SequenceId, (Vec<u32>, usize)> = HashMap::new();
+            let (mut prefill_rows, mut steps) = (0, 0);
+            let mut late: Option<Vec<u32>> = None;
+            while done.len() < ids.len() {
+                for e in block_on(batcher.step()).unwrap() {
+                    match e {
+                        BatchEvent::Token { id, token } => streamed.entry(id).or_default().push(token),
+                        BatchEvent::Finished { id, generation } => {
+                            done.insert(id, (generation.output_ids, generation.stats.cached_prompt_tokens));
+                        }
+                    }
+                }
+                prefill_rows += batcher.last_step().prefill_rows;
+                steps += 1;
+                // Once request 0 has 4 tokens, a request continuing its prompt and 3 of them joins.
+                if late.is_none() && streamed.get(&ids[0]).is_some_and(|t| t.len() >= 4) {
+                    let prompt: Vec<u32> = reqs[0].0.iter().chain(&streamed[&ids[0]][..3]).copied().chain([7]).collect();
+                    ids.push(batcher.admit(prompt.clone(), reqs[0].1.clone()).unwrap());
+                    late = Some(prompt);
+                }
+                assert!(steps < 200, "{ctx}: no progress");
+            }
+            if reqs.len() == 8 {
+                reqs.push((late.clone().unwrap(), reqs[0].1.clone()));
+            }
+            let want = alone(&model, &reqs);
+            let got: Vec<Vec<u32>> = ids.iter().map(|id| done[id].0.clone()).collect();
+            assert_eq!(got, want, "{ctx}: shared heads change no output");
+            // The head is computed once; the others copy it (their last prompt token is always computed).
+            for id in &ids[1..8] {
+                assert_eq!(done[id].1, 30, "{ctx}: request {id} copies the 30-token head");
+            }
+            assert_eq!(done[&ids[8]].1, reqs[8].0.len() - 1, "{ctx}: the late request copies all but its last token");
+            let prompt_rows: usize = reqs.iter().map(|r| r.0.len()).sum();
+            let cached: usize = done.values().map(|d| d.1).sum();
+            assert_eq!(prefill_rows, prompt_rows - cached, "{ctx}: only uncached rows are prefilled");
+        }
+    }
+}

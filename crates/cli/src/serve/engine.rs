@@ -14,7 +14,7 @@ use super::metrics::Metrics;
 use domino_models::drafter_gpu::DrafterModel;
 use domino_models::Qwen3Model;
 use domino_runtime::{BatchEvent, Batcher, GenerateOptions, Generation, SequenceId, SpeculativeOptions, SpeculativeSession, SpeculativeStats};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -24,7 +24,8 @@ use tokio::sync::mpsc::UnboundedSender;
 /// What a request receives, in order: tokens, then exactly one `Done` or `Failed`.
 #[derive(Debug)]
 pub enum JobEvent {
-    /// The request took a batch slot holding this many of its prompt tokens already (prefix cache).
+    /// The request's prompt is in its batch slot, this many of its tokens from the prefix cache
+    /// (sent before its first token).
     Admitted { cached_prompt_tokens: usize },
     Token(u32),
     /// The end, with the speculative rounds' statistics when the request was drafted for.
@@ -168,6 +169,8 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
     let mut running: HashMap<SequenceId, UnboundedSender<JobEvent>> = HashMap::new();
     // Speculative statistics of requests handed over to the batcher, attached when they finish.
     let mut handed: HashMap<SequenceId, SpeculativeStats> = HashMap::new();
+    // Admitted sequences without a token yet (their prefix-cache count is sent with the first).
+    let mut prefilling: HashSet<SequenceId> = HashSet::new();
     loop {
         // Block only when there is nothing to do; otherwise take what arrived and step.
         let idle = batcher.is_idle() && queue.is_empty() && stash.is_empty();
@@ -212,6 +215,7 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
         running.retain(|&id, tx| {
             if tx.is_closed() {
                 batcher.cancel(id);
+                prefilling.remove(&id);
                 metrics.cancelled.fetch_add(1, Ordering::Relaxed);
                 false
             } else {
@@ -247,9 +251,8 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
             metrics.waiting.fetch_sub(1, Ordering::Relaxed);
             match batcher.admit(job.prompt, job.opts) {
                 Ok(id) => {
-                    let cached_prompt_tokens = batcher.cached_prompt_tokens(id).unwrap_or(0);
-                    let _ = job.events.send(JobEvent::Admitted { cached_prompt_tokens });
                     running.insert(id, job.events);
+                    prefilling.insert(id);
                 }
                 Err(e) => {
                     let _ = job.events.send(JobEvent::Failed { status: 400, message: e.to_string() });
@@ -269,11 +272,17 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
                     match e {
                         BatchEvent::Token { id, token } => {
                             metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
+                            // Its prompt is in: how much of it came from the prefix cache is final.
+                            if let (true, Some(tx)) = (prefilling.remove(&id), running.get(&id)) {
+                                let cached_prompt_tokens = batcher.cached_prompt_tokens(id).unwrap_or(0);
+                                let _ = tx.send(JobEvent::Admitted { cached_prompt_tokens });
+                            }
                             if let Some(tx) = running.get(&id) {
                                 let _ = tx.send(JobEvent::Token(token));
                             }
                         }
                         BatchEvent::Finished { id, generation } => {
+                            prefilling.remove(&id);
                             metrics.prompt_tokens.fetch_add(generation.prompt_ids.len() as u64, Ordering::Relaxed);
                             metrics.cached_prompt_tokens.fetch_add(generation.stats.cached_prompt_tokens as u64, Ordering::Relaxed);
                             let spec = handed.remove(&id);
@@ -287,6 +296,7 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
             Err(e) => {
                 // A GPU error fails the requests of this step; the server keeps serving.
                 let message = format!("GPU error: {e}");
+                prefilling.clear();
                 for id in batcher.abort_all() {
                     handed.remove(&id);
                     if let Some(tx) = running.remove(&id) {

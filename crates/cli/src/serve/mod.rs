@@ -412,6 +412,7 @@ impl Progress {
                     }
                 }
                 Some(JobEvent::Done(g, spec)) => {
+                    self.cached = g.stats.cached_prompt_tokens;
                     return match self.text.finish() {
                         Ok(s) => {
                             let stopped = self.text.stopped();

@@ -247,7 +247,8 @@ pub fn completion_prompt(prompt: &Value) -> Result<String, ApiError> {
     }
 }
 
-/// OpenAI's usage object; `cached` prompt tokens came from the prefix cache.
+/// OpenAI's usage object; `cached` prompt tokens came from the prefix cache (a request handed over
+/// from speculative decoding counts its generated tokens as prompt there, hence the cap).
 pub fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}})
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached.min(prompt)}})
 }
