@@ -491,7 +491,7 @@ struct KvCopy {
 }
 
 /// How many leading tokens two sequences share.
-fn common_prefix<'a>(a: impl Iterator<Item = &'a u32>, b: &[u32]) -> usize {
+pub(crate) fn common_prefix<'a>(a: impl Iterator<Item = &'a u32>, b: &[u32]) -> usize {
     a.zip(b).take_while(|(x, y)| x == y).count()
 }
 

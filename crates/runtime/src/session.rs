@@ -144,7 +144,7 @@ impl<'m> Session<'m> {
             return Ok(Generation { prompt_ids: prompt.to_vec(), output_ids: output, stop_reason, stats });
         }
         // Never the whole prompt: its last row gives the first token's logits.
-        let reuse = if self.reuse_prefix { self.kept.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(n - 1) } else { 0 };
+        let reuse = if self.reuse_prefix { crate::batch::common_prefix(self.kept.iter(), prompt).min(n - 1) } else { 0 };
         stats.cached_prompt_tokens = reuse;
         // Until this generation ends well, the cache holds nothing known.
         self.kept.clear();

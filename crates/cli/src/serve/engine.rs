@@ -25,8 +25,8 @@ use tokio::sync::mpsc::UnboundedSender;
 #[derive(Debug)]
 pub enum JobEvent {
     /// The request's prompt is in its batch slot, this many of its tokens from the prefix cache
-    /// (sent before its first token).
-    Admitted { cached_prompt_tokens: usize },
+    /// (sent just before its first token).
+    Prefilled { cached_prompt_tokens: usize },
     Token(u32),
     /// The end, with the speculative rounds' statistics when the request was drafted for.
     Done(Generation, Option<SpeculativeStats>),
@@ -275,7 +275,7 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
                             // Its prompt is in: how much of it came from the prefix cache is final.
                             if let (true, Some(tx)) = (prefilling.remove(&id), running.get(&id)) {
                                 let cached_prompt_tokens = batcher.cached_prompt_tokens(id).unwrap_or(0);
-                                let _ = tx.send(JobEvent::Admitted { cached_prompt_tokens });
+                                let _ = tx.send(JobEvent::Prefilled { cached_prompt_tokens });
                             }
                             if let Some(tx) = running.get(&id) {
                                 let _ = tx.send(JobEvent::Token(token));

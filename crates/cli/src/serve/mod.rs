@@ -62,8 +62,9 @@ pub struct ServeArgs {
     /// context, at most 2048.
     #[arg(long)]
     pub context: Option<usize>,
-    /// Prefill every prompt in full instead of reusing the keys and values a free slot holds for
-    /// the prompt's longest common prefix (a shared system prompt, the earlier turns of a chat).
+    /// Prefill every prompt in full instead of reusing the keys and values of its longest common
+    /// prefix with an earlier request (a free slot's cache) or one in flight (a shared system
+    /// prompt, the earlier turns of a chat).
     #[arg(long)]
     pub no_prefix_cache: bool,
     /// Require `Authorization: Bearer KEY` on /v1/ routes.
@@ -398,7 +399,7 @@ impl Progress {
     async fn next(&mut self) -> Next {
         loop {
             match self.rx.recv().await {
-                Some(JobEvent::Admitted { cached_prompt_tokens }) => self.cached = cached_prompt_tokens,
+                Some(JobEvent::Prefilled { cached_prompt_tokens }) => self.cached = cached_prompt_tokens,
                 Some(JobEvent::Token(t)) => {
                     self.tokens += 1;
                     if self.stop_ids.contains(&t) {
