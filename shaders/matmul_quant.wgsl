@@ -29,12 +29,14 @@
 //   3 storage  w_up (GLU variant only): the up projection, same layout
 //   3/4 storage y: array<f32>, row r column (col0 + c) at y_offset + r * y_stride + col0 + c
 //   5 storage  norm_w (NORM only): array<f32>, the k RMSNorm weights of x's rows
+//   X4 variant: x read as vec4s (x_offset, x_stride and k multiples of 4; in a uniform window too),
+//              four inputs of a row per load.
 //   X_UNIFORM variant (CPU adapters): x is a uniform window of X_WINDOW vec4s (x_offset counts from
 //              the window's start) and norm_w a uniform array of NORM_WINDOW = k / 4 vec4s. llvmpipe
 //              gathers uniform words branch-free but loads storage words in a per-lane loop of
 //              branches; every lane reads the same x, so the input loads cost far less this way.
 // Defines: Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K, ROWS (1 for decode, else up to
-// MATMUL_QUANT_ROWS = 4, balanced over the passes: kernels.rs rows_per_invocation), GLU, TEXTURE with TEX_SHIFT, NORM (x is RMSNorm-ed on the fly: binding 5
+// MATMUL_QUANT_ROWS = 8, balanced over the passes: kernels.rs rows_per_invocation), GLU, TEXTURE with TEX_SHIFT, X4, NORM (x is RMSNorm-ed on the fly: binding 5
 // holds the k norm weights, eps in Params; see inv_rms), X_UNIFORM with X_WINDOW (and NORM_WINDOW).
 //
 // Invariants: an invocation owns 16 output columns for ROWS rows and accumulates over k strictly in
@@ -92,6 +94,8 @@ const PER_WORD: u32 = 32u / QW;
 @group(0) @binding(0) var<uniform> p: Params;
 #if X_UNIFORM
 @group(0) @binding(1) var<uniform> x: array<vec4<f32>, {{X_WINDOW}}>;
+#elif X4
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 #else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 #endif
@@ -144,7 +148,7 @@ const STEP: u32 = 1u;
 #endif
 
 fn x_scalar(i: u32) -> f32 {
-#if X_UNIFORM
+#if X_UNIFORM || X4
     return x[i / 4u][i % 4u];
 #else
     return x[i];
@@ -158,11 +162,19 @@ fn x_scalar(i: u32) -> f32 {
 fn norm_at(k: u32) -> f32 {
     return norm_w[k / 4u][k % 4u];
 }
+
+fn norm4(k: u32) -> vec4<f32> {
+    return norm_w[k / 4u];
+}
 #else
 @group(0) @binding(5) var<storage, read> norm_w: array<f32>;
 
 fn norm_at(k: u32) -> f32 {
     return norm_w[k];
+}
+
+fn norm4(k: u32) -> vec4<f32> {
+    return vec4<f32>(norm_w[k], norm_w[k + 1u], norm_w[k + 2u], norm_w[k + 3u]);
 }
 #endif
 
@@ -225,8 +237,8 @@ fn unit_scales(up: bool, base: u32, s: u32, sup: array<vec4<u32>, 4>) -> UnitSca
         out.d[c] = d * i8s(f[c] & vec4<u32>(0xffu));
         out.m[c] = d * i8s(f[c] >> vec4<u32>(8u));
 #else
-        out.d[c] = d * vec4<f32>(f[c] & vec4<u32>(0xffu));
-        out.m[c] = halves_of(sup[c], 1u) * vec4<f32>(f[c] >> vec4<u32>(8u));
+        out.d[c] = d * vec4<f32>(bitcast<vec4<i32>>(f[c] & vec4<u32>(0xffu)));
+        out.m[c] = halves_of(sup[c], 1u) * vec4<f32>(bitcast<vec4<i32>>(f[c] >> vec4<u32>(8u)));
 #endif
     }
 #else
@@ -276,7 +288,8 @@ fn dequant(q: vec4<u32>, h: vec4<u32>, j: u32, e: u32, d: vec4<f32>, m: vec4<f32
 #elif Q6_K
     c = c | (((h >> vec4<u32>(2u * (8u * (j % 2u) + e))) & vec4<u32>(3u)) << vec4<u32>(4u));
 #endif
-    let v = vec4<f32>(c);
+    // Through i32 (c < 64, the same value): AVX2 has no unsigned-to-float conversion.
+    let v = vec4<f32>(bitcast<vec4<i32>>(c));
 #if Q4_1 || Q5_1
     return fma(v, d, m);
 #elif Q4_K || Q5_K
@@ -314,14 +327,20 @@ fn mac4(acc: ptr<function, Acc4>, xv: f32, w: Acc4) {
     (*acc)[3] = fma(v, w[3], (*acc)[3]);
 }
 
-// Input k of the invocation's row r (rows past n_rows re-read the last row; their results are
-// never stored), RMSNorm-ed with the row's scale `inv` when NORM.
-fn x_in(r0: u32, r: u32, k: u32, inv: f32) -> f32 {
+// Inputs k..k+3 (k a multiple of 4) of the invocation's row r (rows past n_rows re-read the last
+// row; their results are never stored), RMSNorm-ed with the row's scale `inv` when NORM.
+fn x_in4(r0: u32, r: u32, k: u32, inv: f32) -> vec4<f32> {
     let row = min(r0 + r, p.n_rows - 1u);
-#if NORM
-    return x_scalar(p.x_offset + row * p.x_stride + k) * inv * norm_at(k);
+    let i = p.x_offset + row * p.x_stride + k;
+#if X4
+    let v = x[i / 4u];
 #else
-    return x_scalar(p.x_offset + row * p.x_stride + k);
+    let v = vec4<f32>(x_scalar(i), x_scalar(i + 1u), x_scalar(i + 2u), x_scalar(i + 3u));
+#endif
+#if NORM
+    return v * inv * norm4(k);
+#else
+    return v;
 #endif
 }
 
@@ -406,71 +425,97 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
                 let qu = array<vec4<u32>, 4>(up_at(base + qi * STEP), up_at(base + (qi + 1u) * STEP), up_at(base + (qi + 2u) * STEP), up_at(base + (qi + 3u) * STEP));
                 let hu = high_words(true, base, s, j);
 #endif
-                for (var e = 0u; e < PER_WORD; e = e + 1u) {
-                    let k = (g * SB + s) * 32u + j * PER_WORD + e;
-                    var wg: Acc4;
-#if GLU
-                    var wu: Acc4;
-#endif
-                    for (var c = 0u; c < 4u; c = c + 1u) {
-                        wg[c] = dequant(q[c], h[c], j, e, sc.d[c], sc.m[c]);
-#if GLU
-                        wu[c] = dequant(qu[c], hu[c], j, e, scu.d[c], scu.m[c]);
-#endif
-                    }
-                    let x0 = x_in(r0, 0u, k, inv[0]);
-                    mac4(&a0, x0, wg);
-#if GLU
-                    mac4(&u0, x0, wu);
-#endif
+                // Four inputs of each row at a time: one x load per row and 4 values (X4), where
+                // reading them one by one cost llvmpipe a vec4 gather and a select per value.
+                for (var e4 = 0u; e4 < PER_WORD; e4 = e4 + 4u) {
+                    let k4 = (g * SB + s) * 32u + j * PER_WORD + e4;
+                    let in0 = x_in4(r0, 0u, k4, inv[0]);
+                    var in1: vec4<f32>;
                     if (ROWS > 1u) {
-                        let x1 = x_in(r0, 1u, k, inv[1]);
-                        mac4(&a1, x1, wg);
-#if GLU
-                        mac4(&u1, x1, wu);
-#endif
+                        in1 = x_in4(r0, 1u, k4, inv[1]);
                     }
+                    var in2: vec4<f32>;
                     if (ROWS > 2u) {
-                        let x2 = x_in(r0, 2u, k, inv[2]);
-                        mac4(&a2, x2, wg);
-#if GLU
-                        mac4(&u2, x2, wu);
-#endif
+                        in2 = x_in4(r0, 2u, k4, inv[2]);
                     }
+                    var in3: vec4<f32>;
                     if (ROWS > 3u) {
-                        let x3 = x_in(r0, 3u, k, inv[3]);
-                        mac4(&a3, x3, wg);
-#if GLU
-                        mac4(&u3, x3, wu);
-#endif
+                        in3 = x_in4(r0, 3u, k4, inv[3]);
                     }
+                    var in4: vec4<f32>;
                     if (ROWS > 4u) {
-                        let x4 = x_in(r0, 4u, k, inv[4]);
-                        mac4(&a4, x4, wg);
-#if GLU
-                        mac4(&u4, x4, wu);
-#endif
+                        in4 = x_in4(r0, 4u, k4, inv[4]);
                     }
+                    var in5: vec4<f32>;
                     if (ROWS > 5u) {
-                        let x5 = x_in(r0, 5u, k, inv[5]);
-                        mac4(&a5, x5, wg);
-#if GLU
-                        mac4(&u5, x5, wu);
-#endif
+                        in5 = x_in4(r0, 5u, k4, inv[5]);
                     }
+                    var in6: vec4<f32>;
                     if (ROWS > 6u) {
-                        let x6 = x_in(r0, 6u, k, inv[6]);
-                        mac4(&a6, x6, wg);
-#if GLU
-                        mac4(&u6, x6, wu);
-#endif
+                        in6 = x_in4(r0, 6u, k4, inv[6]);
                     }
+                    var in7: vec4<f32>;
                     if (ROWS > 7u) {
-                        let x7 = x_in(r0, 7u, k, inv[7]);
-                        mac4(&a7, x7, wg);
+                        in7 = x_in4(r0, 7u, k4, inv[7]);
+                    }
+                    for (var i = 0u; i < 4u; i = i + 1u) {
+                        let e = e4 + i;
+                        var wg: Acc4;
 #if GLU
-                        mac4(&u7, x7, wu);
+                        var wu: Acc4;
 #endif
+                        for (var c = 0u; c < 4u; c = c + 1u) {
+                            wg[c] = dequant(q[c], h[c], j, e, sc.d[c], sc.m[c]);
+#if GLU
+                            wu[c] = dequant(qu[c], hu[c], j, e, scu.d[c], scu.m[c]);
+#endif
+                        }
+                        mac4(&a0, in0[i], wg);
+#if GLU
+                        mac4(&u0, in0[i], wu);
+#endif
+                        if (ROWS > 1u) {
+                            mac4(&a1, in1[i], wg);
+#if GLU
+                            mac4(&u1, in1[i], wu);
+#endif
+                        }
+                        if (ROWS > 2u) {
+                            mac4(&a2, in2[i], wg);
+#if GLU
+                            mac4(&u2, in2[i], wu);
+#endif
+                        }
+                        if (ROWS > 3u) {
+                            mac4(&a3, in3[i], wg);
+#if GLU
+                            mac4(&u3, in3[i], wu);
+#endif
+                        }
+                        if (ROWS > 4u) {
+                            mac4(&a4, in4[i], wg);
+#if GLU
+                            mac4(&u4, in4[i], wu);
+#endif
+                        }
+                        if (ROWS > 5u) {
+                            mac4(&a5, in5[i], wg);
+#if GLU
+                            mac4(&u5, in5[i], wu);
+#endif
+                        }
+                        if (ROWS > 6u) {
+                            mac4(&a6, in6[i], wg);
+#if GLU
+                            mac4(&u6, in6[i], wu);
+#endif
+                        }
+                        if (ROWS > 7u) {
+                            mac4(&a7, in7[i], wg);
+#if GLU
+                            mac4(&u7, in7[i], wu);
+#endif
+                        }
                     }
                 }
             }

@@ -108,9 +108,10 @@ pub const MAX_HEAD_DIM: usize = 256;
 pub const MATMUL_ROWS: u32 = 3;
 /// Rows per invocation of the quantized multi-row matmul. matmul_quant.wgsl keeps each row's sums in
 /// a variable of its own, indexed only by constants, so more rows no longer fall off llvmpipe's loop
-/// unroller into dynamically indexed memory (8 rows ran 5x slower before that); its dequantization
-/// is shared by 4 rows (6 and 8 measured no faster at batch 8: more accumulators spill).
-pub const MATMUL_QUANT_ROWS: u32 = 4;
+/// unroller into dynamically indexed memory (8 rows ran 5x slower before that). Since x is read four
+/// inputs per load, 8 rows sharing one dequantization measure no slower than 4 at batch 8 and
+/// faster at 16 (process CPU time, `batch_profile`).
+pub const MATMUL_QUANT_ROWS: u32 = 8;
 /// Output columns per matmul invocation and workgroup size (matmul.wgsl's block and WG).
 const MATMUL_COLS: u32 = 16;
 const MATMUL_WG: u32 = 16;
@@ -210,8 +211,10 @@ fn matmul_pipeline(gpu: &Gpu, w: &Matrix, x: &Rows, n_rows: u32, glu: bool, norm
     let rows = rows_per_invocation(w, n_rows);
     let quant = matches!(w.format, WeightFormat::Quant(_));
     let spec = cpu_matmul_spec(window.is_some(), quant, w.on_texture(), glu, norm);
-    // Float kernels read x four inputs at a time where its layout allows (the same sums either way).
-    let x4 = !quant && w.k % 4 == 0 && x.offset % 4 == 0 && (n_rows == 1 || x.stride % 4 == 0);
+    // Kernels read x four inputs at a time where its layout allows (the same sums either way); in a
+    // uniform window the row's start moves by the window's offset, a multiple of 16 bytes.
+    let aligned_windows = window.is_none() || gpu.caps.uniform_align % 16 == 0;
+    let x4 = aligned_windows && w.k % 4 == 0 && x.offset % 4 == 0 && (n_rows == 1 || x.stride % 4 == 0);
     let mut defines = matrix_defines(gpu, w).flag_if("GLU", glu).flag_if("NORM", norm).flag_if("X4", x4).value("ROWS", rows).value("WG", MATMUL_WG);
     if let Some(bytes) = window {
         defines = defines.flag("X_UNIFORM").value("X_WINDOW", bytes / 16);

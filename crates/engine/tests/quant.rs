@@ -29,6 +29,22 @@ fn run_matmul(gpu: &Gpu, w: &Matrix, x: &[f32], rows: usize) -> Vec<f32> {
     read(gpu, &yb, rows * w.n)
 }
 
+/// As run_matmul with x's rows one float apart from any vec4 boundary (offset 1, stride k + 1): the
+/// kernel reads x one input at a time there instead of four.
+fn run_matmul_unaligned(gpu: &Gpu, w: &Matrix, x: &[f32], rows: usize) -> Vec<f32> {
+    let k = w.k;
+    let mut padded = vec![0.0; 1 + rows * (k + 1)];
+    for r in 0..rows {
+        padded[1 + r * (k + 1)..1 + r * (k + 1) + k].copy_from_slice(&x[r * k..(r + 1) * k]);
+    }
+    let xb = upload(gpu, &padded);
+    let yb = upload(gpu, &vec![0.0; rows * w.n]);
+    let mut step = Step::new(gpu);
+    kernels::matmul(&mut step, w, &Rows { buf: &xb, offset: 1, stride: k as u32 + 1 }, &Rows::new(&yb, 0, w.n as u32), rows as u32, Epilogue::Store).unwrap();
+    step.submit().unwrap();
+    read(gpu, &yb, rows * w.n)
+}
+
 /// A quantized `[n, k]` matrix as a file would hold it, and its exact dequantization.
 fn blocks(t: QuantType, rng: &mut Rng, n: usize, k: usize) -> (Vec<u8>, Vec<f32>) {
     let bytes = quant::quantize(t, &rng.vec(n * k, 0.5));
@@ -70,6 +86,10 @@ fn quantized_matmul_matches_reference_and_is_batch_invariant() {
                             alone[r].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                             "{name} {t:?}: row {r} of {rows} differs from the row computed alone"
                         );
+                    }
+                    if rows == 1 || rows == 9 {
+                        let unaligned = run_matmul_unaligned(&gpu, &w, x, rows);
+                        assert!(y.iter().zip(&unaligned).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} {t:?} rows={rows}: x read one input at a time differs");
                     }
                 }
             }

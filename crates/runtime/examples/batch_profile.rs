@@ -1,6 +1,6 @@
 //! Time one continuous-batching decode step at batch sizes 1, 2, 4, 8 and 16 (the server's step):
 //!
-//!     cargo run --release -p domino-runtime --example batch_profile -- MODEL.gguf|DIR [vulkan|gl] [steps] [auto|cpu|gpu] [uniform|storage] [stored|f32|f16]
+//!     cargo run --release -p domino-runtime --example batch_profile -- MODEL.gguf|DIR [vulkan|gl] [steps] [auto|cpu|gpu] [uniform|storage] [stored|f32|f16] [prompt_len]
 //!
 //! Prints the mean step time and the tokens per second it implies for each batch size, so the
 //! scaling of `domino serve` can be read without HTTP in the way. The last argument picks how the
@@ -28,29 +28,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("f16") => DTypeChoice::Format(domino_engine::WeightFormat::F16),
         Some(_) => return Err("dtype: stored, f32 or f16".into()),
     };
+    // Context each sequence decodes after (attention reads this many keys and more).
+    let prompt_len: u32 = args.get(7).and_then(|s| s.parse().ok()).unwrap_or(4);
     let gpu = pollster::block_on(Gpu::new(&GpuOptions { backend, kernels, uniform_inputs, ..Default::default() }))?;
     let files = open_model(std::path::Path::new(path))?;
     let model = Qwen3Model::load_with(gpu, files.config, files.weights.as_ref(), dtype, &mut |_, _, _| {})?;
     let mut one = None::<f64>;
     for b in [1usize, 2, 4, 8, 16] {
-        let mut batcher = Batcher::new(&model, b, 256, 64)?;
-        let opts = GenerateOptions { max_tokens: steps + 8, ignore_eos: true, ..Default::default() };
+        let mut batcher = Batcher::new(&model, b, prompt_len as usize + steps + 64 + (b * prompt_len as usize).div_ceil(8), 64)?;
+        // Enough tokens that no sequence ends while the others' prompts are still prefilling.
+        let prefill_steps = (b * prompt_len as usize).div_ceil(8);
+        let opts = GenerateOptions { max_tokens: steps + 8 + prefill_steps, ignore_eos: true, ..Default::default() };
         for i in 0..b {
-            batcher.admit(vec![1 + i as u32, 2, 3, 4], opts.clone())?;
+            batcher.admit((0..prompt_len).map(|t| 1 + i as u32 + t).collect(), opts.clone())?;
         }
         // Prefill and warm up, then time decode steps with every slot generating.
-        for _ in 0..4 {
+        while batcher.last_step().prefill_rows > 0 || batcher.last_step().decode_rows < b {
             pollster::block_on(batcher.step())?;
         }
-        let t0 = now();
+        let (t0, cpu0) = (now(), process_cpu_seconds());
         for _ in 0..steps {
             pollster::block_on(batcher.step())?;
         }
         let step = (now() - t0) / steps as f64;
+        let cpu = process_cpu_seconds().zip(cpu0).map(|(b, a)| (b - a) / steps as f64);
         let tps = b as f64 / step;
         let speedup = one.map(|o| tps / o).unwrap_or(1.0);
         one.get_or_insert(tps);
-        println!("batch {b:>2}: {:.2} ms per step, {tps:.1} tok/s ({speedup:.2}x batch 1)", step * 1e3);
+        let cpu = cpu.map(|c| format!(", {:.1} ms CPU time per step", c * 1e3)).unwrap_or_default();
+        println!("batch {b:>2}: {:.2} ms per step, {tps:.1} tok/s ({speedup:.2}x batch 1){cpu}", step * 1e3);
     }
     Ok(())
+}
+
+/// User + system CPU time of this process (all threads), from /proc/self/stat on Linux: on a shared
+/// machine it moves far less with other tenants' load than wall time does.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }

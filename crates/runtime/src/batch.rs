@@ -252,6 +252,45 @@ impl<'m> Batcher<'m> {
         Ok(id)
     }
 
+    /// Compile the kernels of every step shape before the first request. Adapters compile a
+    /// pipeline on its first use (llvmpipe about a second each), which would otherwise land in the
+    /// first requests' time to first token. A prompt of 1 to 8 rows alone picks each multi-row
+    /// variant (longer passes reuse them), 2 to 8 sequences at once each logits variant, and a
+    /// sampled request the sampling kernels. Runs only on an idle batcher and leaves nothing cached.
+    pub async fn warm_up(&mut self) -> Result<()> {
+        if !self.is_idle() {
+            return Err(RuntimeError::Unsupported("warm_up needs an idle batcher".into()));
+        }
+        let cache = std::mem::replace(&mut self.prefix_cache, false);
+        let widest = domino_engine::kernels::MATMUL_QUANT_ROWS.max(domino_engine::kernels::MATMUL_ROWS) as usize;
+        let most = widest.min(self.state.max_rows).min(self.capacity().saturating_sub(2));
+        let greedy = GenerateOptions { max_tokens: 2, ignore_eos: true, ..Default::default() };
+        let sampled = GenerateOptions { sampling: domino_engine::kernels::SamplingConfig { temperature: 0.7, top_k: 40, top_p: 0.9, seed: 1 }, ..greedy.clone() };
+        let alone = (1..=most).map(|n| vec![(n, greedy.clone())]);
+        let together = (2..=most.min(self.slots.len())).map(|n| vec![(1, greedy.clone()); n]);
+        let batches: Vec<Vec<(usize, GenerateOptions)>> = alone.chain(together).chain([vec![(1, sampled)]]).collect();
+        let result = self.run_to_end(batches).await;
+        if result.is_err() {
+            self.abort_all();
+        }
+        self.kept.iter_mut().for_each(Vec::clear);
+        self.prefix_cache = cache;
+        result
+    }
+
+    /// Run each batch of (prompt length, options) requests until all finish (outputs dropped).
+    async fn run_to_end(&mut self, batches: Vec<Vec<(usize, GenerateOptions)>>) -> Result<()> {
+        for batch in batches {
+            for (rows, opts) in batch {
+                self.admit(vec![0; rows], opts)?;
+            }
+            while !self.is_idle() {
+                self.step().await?;
+            }
+        }
+        Ok(())
+    }
+
     /// The free slot for `prompt` and how many of its leading positions are already cached there:
     /// the longest common prefix (never the whole prompt: its last row gives the first logits), the
     /// least recently freed slot among equals.

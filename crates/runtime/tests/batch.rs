@@ -214,6 +214,29 @@ fn prefix_cache_reuses_common_prefixes_and_stays_exact() {
 }
 
 #[test]
+fn warm_up_leaves_the_batcher_idle_with_nothing_cached() {
+    let spec = TinySpec { embed_scale: 4.0, seed: 35, ..TinySpec::default() };
+    let (_dir, config, ckpt) = load(&spec);
+    let greedy = GenerateOptions { max_tokens: 6, ignore_eos: true, ..Default::default() };
+    // Starts like the warm-up's prompts (token 0s): a kept warm-up row would be reused.
+    let prompt = vec![0, 0, 0, 7, 3];
+    for (name, gpu) in &test_gpus() {
+        let model = Qwen3Model::load(gpu.clone(), config.clone(), &ckpt, WeightFormat::F32, &mut |_, _, _| {}).unwrap();
+        let expected = block_on(Session::new(&model, 64).unwrap().generate(&prompt, &greedy, &mut |_| true)).unwrap().output_ids;
+        let mut batcher = Batcher::new(&model, 4, 64, 64).unwrap();
+        batcher.set_prefix_cache(true);
+        block_on(batcher.warm_up()).unwrap();
+        assert!(batcher.is_idle(), "{name}: idle after the warm-up");
+        assert_eq!(run_one(&mut batcher, &prompt, &greedy), (expected, 0), "{name}: same tokens, nothing cached from the warm-up");
+        // The cache still works afterwards.
+        assert_eq!(run_one(&mut batcher, &prompt, &greedy).1, prompt.len() - 1, "{name}: cache on after the warm-up");
+        // Not while sequences run.
+        batcher.admit(prompt.clone(), greedy.clone()).unwrap();
+        assert!(block_on(batcher.warm_up()).is_err(), "{name}: warm-up of a busy batcher");
+    }
+}
+
+#[test]
 fn prefix_cache_keeps_concurrent_requests_exact() {
     // Eight requests, four of which repeat another's prompt, through 4 reused slots.
     let spec = TinySpec { embed_scale: 4.0, seed: 34, ..TinySpec::default() };

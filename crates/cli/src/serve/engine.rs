@@ -139,6 +139,11 @@ fn serve_on(model: &Qwen3Model, cfg: &EngineConfig, drafting: Option<Drafting>, 
             return Exit::Drained;
         }
     };
+    // Kernels compile before the first request, not in its time to first token.
+    if let Err(e) = pollster::block_on(batcher.warm_up()) {
+        report(Err(format!("warming up the kernels: {e}")));
+        return Exit::Drained;
+    }
     // The speculative session (its own KV cache) and its options, calibrated once.
     let (drafter, calibrate, options) = match drafting {
         Some(d) => (Some(d.drafter), Some(d.calibrate), Some(d.options)),
