@@ -8,6 +8,7 @@
 
 use domino_engine::{BackendChoice, DTypeChoice, Gpu, GpuOptions, KernelChoice};
 use domino_models::{open_model, Qwen3Model};
+use domino_engine::testing::process_cpu_seconds;
 use domino_runtime::clock::now;
 use domino_runtime::{Batcher, GenerateOptions};
 
@@ -59,15 +60,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("batch {b:>2}: {:.2} ms per step, {tps:.1} tok/s ({speedup:.2}x batch 1){cpu}", step * 1e3);
     }
     Ok(())
-}
-
-/// User + system CPU time of this process (all threads), from /proc/self/stat on Linux: on a shared
-/// machine it moves far less with other tenants' load than wall time does.
-fn process_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
 }
