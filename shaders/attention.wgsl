@@ -19,6 +19,7 @@
 // Defines: PARTIAL (the first entry point), COOP (GPU kernel family: the partial pass with one
 // workgroup of CHUNK invocations per (row, head, chunk), below), WG (workgroup size: 8 on CPU adapters, where the few
 // (row, head, chunk) invocations of a decode step must still spread over every core; 64 otherwise),
+// D4 (head_dim / 4 rounded up: the CPU family's partial work keeps its query in D4 vec4 registers),
 // V4 (head_dim, q_offset and q_stride multiples of 4: q, K, V and the partials are read as vec4,
 // with the same order of fma per channel as the scalar reads).
 // Invariants: chunk boundaries are absolute key indices and every sum runs in a fixed order, so a row's
@@ -75,54 +76,82 @@ fn visible_keys(row: u32) -> u32 {
 
 #if PARTIAL || FUSED
 #if !COOP
-// One chunk of the CPU family's partial work for slot t = (row, head, chunk): scores in key order,
-// their max m and sum l of e^(s - m), and the unnormalised output sum_j e^(s_j - m) v_j written to
-// part[t * head_dim..]. The chunk must hold at least one visible key. Returns (m, l).
-fn chunk_partial(t: u32, row: u32, head: u32, chunk: u32) -> vec2<f32> {
+// head_dim / 4, rounded up: a row-head's query is read once into registers, not once per key.
+const D4: u32 = {{D4}}u;
+
+// The query of (row, head), in channel order.
+fn load_q(row: u32, head: u32) -> array<vec4<f32>, D4> {
+    var qv: array<vec4<f32>, D4>;
+    let qb = p.q_offset + row * p.q_stride + head * p.head_dim;
+#if V4
+    for (var i = 0u; i < D4; i = i + 1u) {
+        qv[i] = q[qb / 4u + i];
+    }
+#else
+    for (var i = 0u; i < p.head_dim; i = i + 1u) {
+        qv[i / 4u][i % 4u] = q[qb + i];
+    }
+#endif
+    return qv;
+}
+
+// One chunk of the CPU family's partial work for slot t = (row, head, chunk) with that row-head's
+// query qv: scores in key order, their max m and sum l of e^(s - m), and the unnormalised output
+// sum_j e^(s_j - m) v_j written to part[t * head_dim..]. The chunk must hold at least one visible
+// key. Returns (m, l).
+fn chunk_partial(t: u32, row: u32, head: u32, chunk: u32, qv: array<vec4<f32>, D4>) -> vec2<f32> {
     let d = p.head_dim;
     let start = chunk * CHUNK;
     let end = min(start + CHUNK, visible_keys(row));
     let kv_head = head / (p.n_heads / p.n_kv_heads);
-    let qb = p.q_offset + row * p.q_stride + head * d;
     var s: array<f32, 32>;
     var m = NEG_BIG;
     for (var j = start; j < end; j = j + 1u) {
         let kb = (j * p.n_kv_heads + kv_head) * d;
         var dot = 0.0;
 #if V4
-        for (var i = 0u; i < d / 4u; i = i + 1u) {
-            let qv = q[qb / 4u + i];
+        for (var i = 0u; i < D4; i = i + 1u) {
             let kv = k_cache[kb / 4u + i];
-            dot = fma(qv.x, kv.x, dot);
-            dot = fma(qv.y, kv.y, dot);
-            dot = fma(qv.z, kv.z, dot);
-            dot = fma(qv.w, kv.w, dot);
+            dot = fma(qv[i].x, kv.x, dot);
+            dot = fma(qv[i].y, kv.y, dot);
+            dot = fma(qv[i].z, kv.z, dot);
+            dot = fma(qv[i].w, kv.w, dot);
         }
 #else
         for (var i = 0u; i < d; i = i + 1u) {
-            dot = fma(q[qb + i], k_cache[kb + i], dot);
+            dot = fma(qv[i / 4u][i % 4u], k_cache[kb + i], dot);
         }
 #endif
-        let score = dot * p.scale;
+    let score = dot * p.scale;
         s[j - start] = score;
         m = max(m, score);
     }
     var l = 0.0;
+    let pb = t * d;
+#if V4
+    // Key by key, every channel's sum in registers: each score is read once (llvmpipe reads a
+    // private array at a varying index lane by lane), and every channel still sums in key order.
+    var a: array<vec4<f32>, D4>;
+    for (var i = 0u; i < D4; i = i + 1u) {
+        a[i] = vec4<f32>(0.0);
+    }
+    for (var j = start; j < end; j = j + 1u) {
+        let e = exp(s[j - start] - m);
+        l = l + e;
+        let vb = (j * p.n_kv_heads + kv_head) * D4;
+        for (var i = 0u; i < D4; i = i + 1u) {
+            a[i] = fma(vec4<f32>(e), v_cache[vb + i], a[i]);
+        }
+    }
+    for (var i = 0u; i < D4; i = i + 1u) {
+        part[pb / 4u + i] = a[i];
+    }
+#else
     for (var j = start; j < end; j = j + 1u) {
         let e = exp(s[j - start] - m);
         s[j - start] = e;
         l = l + e;
     }
-    let pb = t * d;
-#if V4
-    for (var i = 0u; i < d / 4u; i = i + 1u) {
-        var a = vec4<f32>(0.0);
-        for (var j = start; j < end; j = j + 1u) {
-            a = fma(vec4<f32>(s[j - start]), v_cache[(j * p.n_kv_heads + kv_head) * d / 4u + i], a);
-        }
-        part[pb / 4u + i] = a;
-    }
-#else
     for (var i = 0u; i < d; i = i + 1u) {
         var a = 0.0;
         for (var j = start; j < end; j = j + 1u) {
@@ -261,7 +290,7 @@ fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
         stats[t] = vec2<f32>(NEG_BIG, 0.0);
         return;
     }
-    stats[t] = chunk_partial(t, row, head, chunk);
+    stats[t] = chunk_partial(t, row, head, chunk, load_q(row, head));
 }
 #endif
 #elif FUSED
@@ -279,13 +308,32 @@ fn fused(@builtin(global_invocation_id) gid: vec3<u32>) {
     let d = p.head_dim;
     let n_used = (visible_keys(row) + CHUNK - 1u) / CHUNK;
     let sb = rh * p.n_chunks;
+    let qv = load_q(row, head);
     var m_all = NEG_BIG;
     for (var chunk = 0u; chunk < n_used; chunk = chunk + 1u) {
-        let st = chunk_partial(sb + chunk, row, head, chunk);
+        let st = chunk_partial(sb + chunk, row, head, chunk, qv);
         stats[sb + chunk] = st;
         m_all = max(m_all, st.x);
     }
-    // The combine pass's merge, channel by channel, in chunk order.
+    // The combine pass's merge, channel by channel (four at a time with V4), in chunk order.
+    let ob = p.out_offset + row * p.out_stride + head * d;
+#if V4
+    for (var i = 0u; i < D4; i = i + 1u) {
+        var l = 0.0;
+        var o = vec4<f32>(0.0);
+        for (var c = 0u; c < n_used; c = c + 1u) {
+            let st = stats[sb + c];
+            let f = exp(st.x - m_all);
+            l = fma(st.y, f, l);
+            o = fma(part[(sb + c) * D4 + i], vec4<f32>(f), o);
+        }
+        let r = o / l;
+        out[ob + 4u * i] = r.x;
+        out[ob + 4u * i + 1u] = r.y;
+        out[ob + 4u * i + 2u] = r.z;
+        out[ob + 4u * i + 3u] = r.w;
+    }
+#else
     for (var i = 0u; i < d; i = i + 1u) {
         var l = 0.0;
         var o = 0.0;
@@ -293,14 +341,11 @@ fn fused(@builtin(global_invocation_id) gid: vec3<u32>) {
             let st = stats[sb + c];
             let f = exp(st.x - m_all);
             l = fma(st.y, f, l);
-#if V4
-            o = fma(part[((sb + c) * d + i) / 4u][i % 4u], f, o);
-#else
             o = fma(part[(sb + c) * d + i], f, o);
-#endif
         }
-        out[p.out_offset + row * p.out_stride + head * d + i] = o / l;
+        out[ob + i] = o / l;
     }
+#endif
 }
 #else
 @compute @workgroup_size(WG)

@@ -35,6 +35,10 @@ pub fn run(args: DevicesArgs) -> Result<(), CliError> {
             a.max_compute_invocations_per_workgroup,
             a.max_storage_buffers_per_shader_stage
         );
+        if a.name.contains("llvmpipe") {
+            let threads = std::env::var(domino_engine::cpu_threads::LLVMPIPE_THREADS_VAR).unwrap_or_else(|_| "one per core".into());
+            println!("    threads: {threads} ({}; domino asks two per core unless it is set)", domino_engine::cpu_threads::LLVMPIPE_THREADS_VAR);
+        }
     }
     Ok(())
 }

@@ -228,6 +228,7 @@ fn ensure_xdg_runtime_dir() {}
 
 fn main() -> ExitCode {
     ensure_xdg_runtime_dir();
+    domino_engine::cpu_threads::oversubscribe_cpu_adapter();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Devices(a) => devices::run(a),

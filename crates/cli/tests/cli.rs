@@ -92,6 +92,30 @@ fn devices_lists_vulkan_and_gl() {
     assert!(backends.contains(&"vulkan") && backends.contains(&"gl"), "{backends:?}");
 }
 
+/// On llvmpipe the CLI asks for two threads per core (`LP_NUM_THREADS`, read by the driver when it
+/// enumerates the adapter) unless the user set the variable, and `devices` says which count is in effect.
+#[test]
+fn devices_reports_llvmpipe_threads_two_per_core_unless_set() {
+    use domino_engine::cpu_threads::{llvmpipe_threads_for, LLVMPIPE_THREADS_VAR};
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let run = |set: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_domino"));
+        cmd.args(["devices", "--backend", "vulkan"]);
+        match set {
+            Some(v) => cmd.env(LLVMPIPE_THREADS_VAR, v),
+            None => cmd.env_remove(LLVMPIPE_THREADS_VAR),
+        };
+        let out = cmd.output().expect("run domino");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let default = run(None);
+    assert!(default.contains("llvmpipe"), "the test machine's adapter is llvmpipe: {default}");
+    assert!(default.contains(&format!("threads: {} (LP_NUM_THREADS", llvmpipe_threads_for(cores))), "{default}");
+    let set = run(Some("3"));
+    assert!(set.contains("threads: 3 (LP_NUM_THREADS"), "{set}");
+}
+
 fn edit_config(dir: &Path, f: impl FnOnce(&mut serde_json::Value)) {
     let p = dir.join("config.json");
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();

@@ -717,12 +717,14 @@ pub fn attention(
     let wg = if gpu.caps.cpu && !gpu.caps.gpu_kernels { 8 } else { 64 };
     let coop = gpu.caps.gpu_kernels;
     let v4 = shape.head_dim % 4 == 0 && q.offset % 4 == 0 && q.stride % 4 == 0;
+    // The CPU family's partial work holds a query in this many vec4 registers.
+    let d4 = shape.head_dim.div_ceil(4);
     // CPU family: partial and combine in one dispatch (one invocation per (row, head), same bits).
     let fused = gpu.caps.cpu && !gpu.caps.gpu_kernels;
     let (partial, combine) = if fused {
-        (gpu.pipeline(&ATTN_FUSED, &Defines::default().flag("FUSED").flag_if("V4", v4).value("WG", wg))?, None)
+        (gpu.pipeline(&ATTN_FUSED, &Defines::default().flag("FUSED").flag_if("V4", v4).value("WG", wg).value("D4", d4))?, None)
     } else {
-        let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL").flag_if("COOP", coop).flag_if("V4", v4).value("WG", wg))?;
+        let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL").flag_if("COOP", coop).flag_if("V4", v4).value("WG", wg).value("D4", d4))?;
         (partial, Some(gpu.pipeline(&ATTN_COMBINE, &Defines::default().value("WG", wg))?))
     };
     let max_visible = if causal { kv_len + n_rows } else { kv_len };

@@ -3,6 +3,7 @@
 
 pub mod bandwidth;
 pub mod context;
+pub mod cpu_threads;
 pub mod error;
 pub mod kernels;
 pub mod quant;

@@ -1,6 +1,6 @@
 //! Time one continuous-batching decode step at batch sizes 1, 2, 4, 8 and 16 (the server's step):
 //!
-//!     cargo run --release -p domino-runtime --example batch_profile -- MODEL.gguf|DIR [vulkan|gl] [steps] [auto|cpu|gpu] [uniform|storage] [stored|f32|f16] [prompt_len]
+//!     cargo run --release -p domino-runtime --example batch_profile -- MODEL.gguf|DIR [vulkan|gl] [steps] [auto|cpu|gpu] [uniform|storage] [stored|f32|f16] [prompt_len] [batches, e.g. 1,8]
 //!
 //! Prints the mean step time and the tokens per second it implies for each batch size, so the
 //! scaling of `domino serve` can be read without HTTP in the way. The last argument picks how the
@@ -13,6 +13,8 @@ use domino_runtime::clock::now;
 use domino_runtime::{Batcher, GenerateOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // As `domino` does (LP_NUM_THREADS set by the caller wins, so both counts can be compared).
+    domino_engine::cpu_threads::oversubscribe_cpu_adapter();
     let args: Vec<String> = std::env::args().collect();
     let path = args.get(1).ok_or("usage: batch_profile MODEL [backend] [steps] [auto|cpu|gpu] [uniform|storage]")?;
     let backend = BackendChoice::parse(args.get(2).map(String::as_str).unwrap_or("vulkan"))?;
@@ -31,11 +33,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     // Context each sequence decodes after (attention reads this many keys and more).
     let prompt_len: u32 = args.get(7).and_then(|s| s.parse().ok()).unwrap_or(4);
+    // Batch sizes to time, comma-separated (the first is the baseline of the speedups).
+    let batches: Vec<usize> = match args.get(8) {
+        Some(list) => list.split(',').map(|b| b.parse().map_err(|_| format!("batch sizes: {list}"))).collect::<Result<_, _>>()?,
+        None => vec![1, 2, 4, 8, 16],
+    };
     let gpu = pollster::block_on(Gpu::new(&GpuOptions { backend, kernels, uniform_inputs, ..Default::default() }))?;
     let files = open_model(std::path::Path::new(path))?;
     let model = Qwen3Model::load_with(gpu, files.config, files.weights.as_ref(), dtype, &mut |_, _, _| {})?;
     let mut one = None::<f64>;
-    for b in [1usize, 2, 4, 8, 16] {
+    for b in batches {
         let mut batcher = Batcher::new(&model, b, prompt_len as usize + steps + 64 + (b * prompt_len as usize).div_ceil(8), 64)?;
         // Enough tokens that no sequence ends while the others' prompts are still prefilling.
         let prefill_steps = (b * prompt_len as usize).div_ceil(8);
