@@ -198,6 +198,16 @@ impl Qwen3Model {
         kernels::sample(step, &Rows::new(&state.logits, row * v, v), v, 1, &state.out_ids, row, cfg, counter)?;
         Ok(())
     }
+
+    /// Greedy-pick logits rows [row, row + n_rows) into `state.out_ids[row..]` in one dispatch (one
+    /// workgroup per row, each row's argmax independent of the others), where a dispatch per row
+    /// would keep one llvmpipe thread busy at a time.
+    pub fn record_batch_argmax(&self, step: &mut Step, state: &BatchState, row: u32, n_rows: u32) -> Result<()> {
+        let v = self.config.vocab_size as u32;
+        step.set_label("sampling");
+        kernels::sample(step, &Rows::new(&state.logits, row * v, v), v, n_rows, &state.out_ids, row, &SamplingConfig::greedy(), 0)?;
+        Ok(())
+    }
 }
 
 /// One decoder layer over every row of the pass: shared matmuls, per-segment RoPE and attention.

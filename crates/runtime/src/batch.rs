@@ -369,8 +369,21 @@ impl<'m> Batcher<'m> {
         let segs: Vec<Segment> = segments.iter().map(|s| s.seg).collect();
         let capture = self.capture.as_ref().map(|c| Capture { layers: &c.layers, dst: &c.dst, dst_row: 0 });
         let n_logits = self.model.record_batch(&mut step, &self.state, &segs, capture.as_ref())?;
+        // Runs of greedy rows share one argmax dispatch; sampled rows keep their own (seed counters).
+        let mut greedy_run: Option<(u32, u32)> = None;
         for (row, s) in segments.iter().filter(|s| s.seg.logits).enumerate() {
-            self.model.record_batch_sample(&mut step, &self.state, row as u32, &s.sampling, s.seg.pos0 + s.seg.n_rows)?;
+            let row = row as u32;
+            if s.sampling.is_greedy() {
+                greedy_run = Some(greedy_run.map_or((row, 1), |(first, n)| (first, n + 1)));
+                continue;
+            }
+            if let Some((first, n)) = greedy_run.take() {
+                self.model.record_batch_argmax(&mut step, &self.state, first, n)?;
+            }
+            self.model.record_batch_sample(&mut step, &self.state, row, &s.sampling, s.seg.pos0 + s.seg.n_rows)?;
+        }
+        if let Some((first, n)) = greedy_run {
+            self.model.record_batch_argmax(&mut step, &self.state, first, n)?;
         }
         let tokens: Vec<u32> = bytemuck_u32(&step.submit_and_read(&self.state.out_ids, 0, n_logits as u64 * 4).await?);
         // The captured rows of this step, in row order (segments laid out as planned).
