@@ -122,7 +122,7 @@ fn chunk_partial(t: u32, row: u32, head: u32, chunk: u32, qv: array<vec4<f32>, D
             dot = fma(qv[i / 4u][i % 4u], k_cache[kb + i], dot);
         }
 #endif
-    let score = dot * p.scale;
+        let score = dot * p.scale;
         s[j - start] = score;
         m = max(m, score);
     }
