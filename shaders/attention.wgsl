@@ -13,9 +13,14 @@
 //   5 storage  stats: array<vec2<f32>>, [row][head][n_chunks] = (max score m, sum e^(s-m))  (rw / read)
 //   6 storage  out: array<f32>, row r head h at out_offset + r * out_stride + h * head_dim  (combine)
 //
-// Masking: causal=1 -> row r sees keys [0, kv_len + r] (kv_len = keys cached before row 0; rows are
-// consecutive positions); causal=0 -> every row sees keys [0, kv_len) (the drafter's unmasked pass over
-// [context cache ++ block]). Query head h reads kv head h / (n_heads / n_kv_heads).
+// Segments: the rows of one dispatch may belong to up to MAX_SEGS sequences whose caches live in one
+// buffer (a batched step's KV pool). Segment i = segs[i] = (first row, KV base, position of its first
+// row, 0): its rows are consecutive positions of one sequence whose position 0 starts KV base floats
+// into k_cache / v_cache. Pass row r is row row0 + r of the dispatch; its segment is the last whose
+// first row <= row0 + r. One sequence alone is one segment (0, 0, kv_len).
+// Masking: causal=1 -> a row at position pos sees its sequence's keys [0, pos]; causal=0 -> every
+// row sees keys [0, kv_len) (the drafter's unmasked pass over [context cache ++ block]). Query head
+// h reads kv head h / (n_heads / n_kv_heads).
 // Defines: PARTIAL (the first entry point), COOP (GPU kernel family: the partial pass with one
 // workgroup of CHUNK invocations per (row, head, chunk), below), WG (workgroup size: 8 on CPU adapters, where the few
 // (row, head, chunk) invocations of a decode step must still spread over every core; 64 otherwise),
@@ -38,9 +43,16 @@ struct Params {
     scale: f32,
     out_offset: u32,
     out_stride: u32,
+    row0: u32,
+    n_segs: u32,
+    _pad0: u32,
+    _pad1: u32,
+    segs: array<vec4<u32>, MAX_SEGS>,
 }
 
 const CHUNK: u32 = 32u;
+// Segments per dispatch: Params fills its 256-byte uniform slot (kernels.rs ATTENTION_SEGMENTS).
+const MAX_SEGS: u32 = 12u;
 const WG: u32 = {{WG}}u;
 const NEG_BIG: f32 = -3.0e38;
 
@@ -67,11 +79,25 @@ const NEG_BIG: f32 = -3.0e38;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 #endif
 
-fn visible_keys(row: u32) -> u32 {
-    if (p.causal != 0u) {
-        return p.kv_len + row + 1u;
+// A pass row's keys: how many it sees, and where its sequence's cache starts (floats).
+struct RowKeys {
+    visible: u32,
+    base: u32,
+}
+
+fn row_keys(row: u32) -> RowKeys {
+    let r = p.row0 + row;
+    var seg = p.segs[0];
+    for (var i = 1u; i < p.n_segs; i = i + 1u) {
+        if (r >= p.segs[i].x) {
+            seg = p.segs[i];
+        }
     }
-    return p.kv_len;
+    var visible = p.kv_len;
+    if (p.causal != 0u) {
+        visible = seg.z + (r - seg.x) + 1u;
+    }
+    return RowKeys(visible, seg.y);
 }
 
 #if PARTIAL || FUSED
@@ -99,15 +125,15 @@ fn load_q(row: u32, head: u32) -> array<vec4<f32>, D4> {
 // query qv: scores in key order, their max m and sum l of e^(s - m), and the unnormalised output
 // sum_j e^(s_j - m) v_j written to part[t * head_dim..]. The chunk must hold at least one visible
 // key. Returns (m, l).
-fn chunk_partial(t: u32, row: u32, head: u32, chunk: u32, qv: array<vec4<f32>, D4>) -> vec2<f32> {
+fn chunk_partial(t: u32, keys: RowKeys, head: u32, chunk: u32, qv: array<vec4<f32>, D4>) -> vec2<f32> {
     let d = p.head_dim;
     let start = chunk * CHUNK;
-    let end = min(start + CHUNK, visible_keys(row));
+    let end = min(start + CHUNK, keys.visible);
     let kv_head = head / (p.n_heads / p.n_kv_heads);
     var s: array<f32, 32>;
     var m = NEG_BIG;
     for (var j = start; j < end; j = j + 1u) {
-        let kb = (j * p.n_kv_heads + kv_head) * d;
+        let kb = keys.base + (j * p.n_kv_heads + kv_head) * d;
         var dot = 0.0;
 #if V4
         for (var i = 0u; i < D4; i = i + 1u) {
@@ -138,7 +164,7 @@ fn chunk_partial(t: u32, row: u32, head: u32, chunk: u32, qv: array<vec4<f32>, D
     for (var j = start; j < end; j = j + 1u) {
         let e = exp(s[j - start] - m);
         l = l + e;
-        let vb = (j * p.n_kv_heads + kv_head) * D4;
+        let vb = keys.base / 4u + (j * p.n_kv_heads + kv_head) * D4;
         for (var i = 0u; i < D4; i = i + 1u) {
             a[i] = fma(vec4<f32>(e), v_cache[vb + i], a[i]);
         }
@@ -155,7 +181,7 @@ fn chunk_partial(t: u32, row: u32, head: u32, chunk: u32, qv: array<vec4<f32>, D
     for (var i = 0u; i < d; i = i + 1u) {
         var a = 0.0;
         for (var j = start; j < end; j = j + 1u) {
-            a = fma(s[j - start], v_cache[(j * p.n_kv_heads + kv_head) * d + i], a);
+            a = fma(s[j - start], v_cache[keys.base + (j * p.n_kv_heads + kv_head) * d + i], a);
         }
         part[pb + i] = a;
     }
@@ -212,7 +238,8 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     let row = tc / (p.n_chunks * p.n_heads);
     let d = p.head_dim;
     let start = chunk * CHUNK;
-    let visible = visible_keys(row);
+    let keys = row_keys(row);
+    let visible = keys.visible;
     let end = min(start + CHUNK, visible);
     let kv_head = head / (p.n_heads / p.n_kv_heads);
     let qb = p.q_offset + row * p.q_stride + head * d;
@@ -220,7 +247,7 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     let live = valid && j < end;
     var score = NEG_BIG;
     if (live) {
-        let kb = (j * p.n_kv_heads + kv_head) * d;
+        let kb = keys.base + (j * p.n_kv_heads + kv_head) * d;
         var dot = 0.0;
 #if V4
         for (var i = 0u; i < d / 4u; i = i + 1u) {
@@ -254,7 +281,7 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         for (var i = li; i < d / 4u; i = i + CHUNK) {
             var a = vec4<f32>(0.0);
             for (var jj = 0u; jj < n; jj = jj + 1u) {
-                a = fma(vec4<f32>(weight[jj]), v_cache[((start + jj) * p.n_kv_heads + kv_head) * d / 4u + i], a);
+                a = fma(vec4<f32>(weight[jj]), v_cache[(keys.base + (start + jj) * p.n_kv_heads * d + kv_head * d) / 4u + i], a);
             }
             part[pb / 4u + i] = a;
         }
@@ -262,7 +289,7 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         for (var i = li; i < d; i = i + CHUNK) {
             var a = 0.0;
             for (var jj = 0u; jj < n; jj = jj + 1u) {
-                a = fma(weight[jj], v_cache[((start + jj) * p.n_kv_heads + kv_head) * d + i], a);
+                a = fma(weight[jj], v_cache[keys.base + ((start + jj) * p.n_kv_heads + kv_head) * d + i], a);
             }
             part[pb + i] = a;
         }
@@ -286,11 +313,12 @@ fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
     let chunk = t % p.n_chunks;
     let head = (t / p.n_chunks) % p.n_heads;
     let row = t / (p.n_chunks * p.n_heads);
-    if (chunk * CHUNK >= visible_keys(row)) {
+    let keys = row_keys(row);
+    if (chunk * CHUNK >= keys.visible) {
         stats[t] = vec2<f32>(NEG_BIG, 0.0);
         return;
     }
-    stats[t] = chunk_partial(t, row, head, chunk, load_q(row, head));
+    stats[t] = chunk_partial(t, keys, head, chunk, load_q(row, head));
 }
 #endif
 #elif FUSED
@@ -306,12 +334,13 @@ fn fused(@builtin(global_invocation_id) gid: vec3<u32>) {
     let head = rh % p.n_heads;
     let row = rh / p.n_heads;
     let d = p.head_dim;
-    let n_used = (visible_keys(row) + CHUNK - 1u) / CHUNK;
+    let keys = row_keys(row);
+    let n_used = (keys.visible + CHUNK - 1u) / CHUNK;
     let sb = rh * p.n_chunks;
     let qv = load_q(row, head);
     var m_all = NEG_BIG;
     for (var chunk = 0u; chunk < n_used; chunk = chunk + 1u) {
-        let st = chunk_partial(sb + chunk, row, head, chunk, qv);
+        let st = chunk_partial(sb + chunk, keys, head, chunk, qv);
         stats[sb + chunk] = st;
         m_all = max(m_all, st.x);
     }
@@ -358,7 +387,7 @@ fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = t % d;
     let head = (t / d) % p.n_heads;
     let row = t / (d * p.n_heads);
-    let n_used = (visible_keys(row) + CHUNK - 1u) / CHUNK;
+    let n_used = (row_keys(row).visible + CHUNK - 1u) / CHUNK;
     let sb = (row * p.n_heads + head) * p.n_chunks;
     var m = NEG_BIG;
     for (var c = 0u; c < n_used; c = c + 1u) {

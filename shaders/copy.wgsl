@@ -1,6 +1,7 @@
 // copy.wgsl: plain data movement.
 //   rows:      dst[dst_offset + r * dst_stride + i] = src[src_offset + r * src_stride + i] for i < width
 //              (captures the residual stream of chosen rows as drafter features).
+//   rows with WITHIN: the same copy inside one buffer (binding 1, read_write; ranges disjoint).
 //   bandwidth: dst[i] = src[i] over vec4<u32>; the probe the benchmark compares the decode's weight
 //              bandwidth against (it reads n and writes n 16-byte words).
 //
@@ -42,6 +43,19 @@ fn bandwidth(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
         dst[i + 2u] = c;
         dst[i + 3u] = d;
     }
+}
+#elif WITHIN
+@group(0) @binding(1) var<storage, read_write> data: array<f32>;
+
+@compute @workgroup_size(64)
+fn rows(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.x + gid.y * 65535u * 64u;
+    if (t >= p.n_rows * p.width) {
+        return;
+    }
+    let i = t % p.width;
+    let r = t / p.width;
+    data[p.dst_offset + r * p.dst_stride + i] = data[p.src_offset + r * p.src_stride + i];
 }
 #else
 @group(0) @binding(1) var<storage, read> src: array<f32>;

@@ -5,6 +5,10 @@
 // into q, k heads into the K cache, v heads copied into the V cache. Bindings then: 1 src (qkv rows,
 // [q | k | v] of width (n_heads + 2 n_kv_heads) * head_dim), 2 q_norm, 3 rope, 4 q, 5 k_norm,
 // 6 k_cache, 7 v_cache. The per-head arithmetic is the same as `main`'s, so both give the same bits.
+// Its rows may belong to up to MAX_SEGS sequences whose caches share one buffer: segment i =
+// segs[i] = (first row, KV base in floats, position of its first row, 0); a row at position pos of
+// a segment writes its K and V at KV base + pos * kv_stride and rotates by pos. One sequence alone
+// is the segment (0, 0, pos0).
 //
 // Bindings (group 0):
 //   0 uniform  Params (dynamic offset)
@@ -26,15 +30,15 @@ struct Params {
     src_stride: u32,
     q_offset: u32,
     q_stride: u32,
-    kv_offset: u32,
     kv_stride: u32,
-    pos0: u32,
     use_norm: u32,
     eps: f32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    n_segs: u32,
+    segs: array<vec4<u32>, MAX_SEGS>,
 }
+
+// Segments per dispatch: Params fills its 256-byte uniform slot (kernels.rs ATTENTION_SEGMENTS).
+const MAX_SEGS: u32 = 12u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> src: array<f32>;
@@ -54,18 +58,26 @@ fn qkv(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let slot = t % slots;
     let row = t / slots;
+    var seg = p.segs[0];
+    for (var i = 1u; i < p.n_segs; i = i + 1u) {
+        if (row >= p.segs[i].x) {
+            seg = p.segs[i];
+        }
+    }
+    let pos = seg.z + (row - seg.x);
+    let kv_row = seg.y + pos * p.kv_stride;
     let d = p.head_dim;
     let half_d = d / 2u;
     let sb = p.src_offset + row * p.src_stride + slot * d;
     if (slot >= p.n_heads + p.n_kv_heads) {
-        let db = p.kv_offset + row * p.kv_stride + (slot - p.n_heads - p.n_kv_heads) * d;
+        let db = kv_row + (slot - p.n_heads - p.n_kv_heads) * d;
         for (var i = 0u; i < d; i = i + 1u) {
             v_cache[db + i] = src[sb + i];
         }
         return;
     }
     let is_q = slot < p.n_heads;
-    var db = p.kv_offset + row * p.kv_stride + (slot - p.n_heads) * d;
+    var db = kv_row + (slot - p.n_heads) * d;
     if (is_q) {
         db = p.q_offset + row * p.q_stride + slot * d;
     }
@@ -78,7 +90,7 @@ fn qkv(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         inv = 1.0 / sqrt(ss / f32(d) + p.eps);
     }
-    let rb = (p.pos0 + row) * half_d;
+    let rb = pos * half_d;
     for (var i = 0u; i < half_d; i = i + 1u) {
         var a = src[sb + i];
         var b = src[sb + i + half_d];

@@ -91,6 +91,7 @@ const SAMPLE: KernelSpec = KernelSpec { name: "sampling", source: shader::SAMPLI
 const ACCEPT_SAMPLED: KernelSpec =
     KernelSpec { name: "sampling", source: shader::SAMPLING, entry: "speculative", bindings: &[(1, R), (2, W), (3, W)] };
 const COPY_ROWS: KernelSpec = KernelSpec { name: "copy", source: shader::COPY, entry: "rows", bindings: &[(1, R), (2, W)] };
+const COPY_WITHIN: KernelSpec = KernelSpec { name: "copy", source: shader::COPY, entry: "rows", bindings: &[(1, W)] };
 const BANDWIDTH: KernelSpec = KernelSpec { name: "copy", source: shader::COPY, entry: "bandwidth", bindings: &[(1, R), (2, W)] };
 
 const GRU: KernelSpec = KernelSpec { name: "domino_head", source: shader::DOMINO_HEAD, entry: "gru", bindings: &[(1, R), (2, R), (3, W)] };
@@ -582,12 +583,12 @@ struct RopeQkvParams {
     src_stride: u32,
     q_offset: u32,
     q_stride: u32,
-    kv_offset: u32,
     kv_stride: u32,
-    pos0: u32,
     use_norm: u32,
     eps: f32,
-    _pad: [u32; 3],
+    n_segs: u32,
+    /// (first row, KV base in floats, position of the first row, 0) per segment.
+    segs: [[u32; 4]; ATTENTION_SEGMENTS],
 }
 
 /// Where `qkv_rope` reads and writes: the fused projection's rows `[q | k | v]`, the rotated q rows,
@@ -605,9 +606,30 @@ pub struct QkvRope<'a> {
 /// One pass over a fused q/k/v projection: per-head RMSNorm + RoPE of q (into `q`) and k (into the
 /// K cache at pos0..), v copied into the V cache. The same arithmetic per head as `norm_rope`.
 pub fn qkv_rope(step: &mut Step, io: &QkvRope, shape: AttentionShape, n_rows: u32, pos0: u32, eps: f32) -> Result<()> {
+    qkv_rope_dispatch(step, io, shape, &[KvSegment { first_row: 0, n_rows, pos0, kv_base: 0 }], eps)
+}
+
+/// `qkv_rope` for the rows of several sequences whose caches share `io`'s K and V buffers (a
+/// batched step's KV pool): segment by segment the same bits, in one dispatch per
+/// ATTENTION_SEGMENTS segments. Segments are in row order, back to back from row 0 of `io`'s rows.
+pub fn qkv_rope_segments(step: &mut Step, io: &QkvRope, shape: AttentionShape, segments: &[KvSegment], eps: f32) -> Result<()> {
+    check_segments(segments)?;
+    for group in segments.chunks(ATTENTION_SEGMENTS) {
+        let first = group[0].first_row;
+        let local: Vec<KvSegment> = group.iter().map(|s| KvSegment { first_row: s.first_row - first, ..*s }).collect();
+        let (qkv, q) = (io.qkv.skip(first), io.q.skip(first));
+        let rows = QkvRope { qkv: &qkv, q: &q, ..*io };
+        qkv_rope_dispatch(step, &rows, shape, &local, eps)?;
+    }
+    Ok(())
+}
+
+fn qkv_rope_dispatch(step: &mut Step, io: &QkvRope, shape: AttentionShape, segments: &[KvSegment], eps: f32) -> Result<()> {
+    debug_assert!(!segments.is_empty() && segments.len() <= ATTENTION_SEGMENTS);
     let gpu = step.gpu();
     let p = gpu.pipeline(&ROPE_QKV, &Defines::default().flag("QKV"))?;
     let kvw = shape.n_kv_heads * shape.head_dim;
+    let n_rows: u32 = segments.iter().map(|s| s.n_rows).sum();
     let params = RopeQkvParams {
         n_rows,
         n_heads: shape.n_heads,
@@ -617,12 +639,11 @@ pub fn qkv_rope(step: &mut Step, io: &QkvRope, shape: AttentionShape, n_rows: u3
         src_stride: io.qkv.stride,
         q_offset: io.q.offset,
         q_stride: io.q.stride,
-        kv_offset: pos0 * kvw,
         kv_stride: kvw,
-        pos0,
         use_norm: io.norms.is_some() as u32,
         eps,
-        _pad: [0; 3],
+        n_segs: segments.len() as u32,
+        segs: segment_table(segments),
     };
     // Without norms the weight bindings are unused; bind the rope table in their place.
     let (qn, kn) = io.norms.unwrap_or((io.rope_table, io.rope_table));
@@ -668,6 +689,26 @@ struct AttentionParams {
     scale: f32,
     out_offset: u32,
     out_stride: u32,
+    row0: u32,
+    n_segs: u32,
+    _pad: [u32; 2],
+    /// (first row, KV base in floats, position of the first row, 0) per segment.
+    segs: [[u32; 4]; ATTENTION_SEGMENTS],
+}
+
+/// Segments one attention or qkv_rope dispatch takes (MAX_SEGS in attention.wgsl and rope.wgsl):
+/// what fits their parameters' 256-byte uniform slot.
+pub const ATTENTION_SEGMENTS: usize = 12;
+
+/// Consecutive rows of one sequence in a multi-sequence pass: rows [first_row, first_row + n_rows)
+/// sit at positions pos0.. of a sequence whose cache starts `kv_base` floats into the (shared) K
+/// and V buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvSegment {
+    pub first_row: u32,
+    pub n_rows: u32,
+    pub pos0: u32,
+    pub kv_base: u32,
 }
 
 /// Attention geometry shared by the target (causal) and the drafter (unmasked).
@@ -711,12 +752,78 @@ pub fn attention(
     kv_len: u32,
     causal: bool,
 ) -> Result<()> {
+    let one = [KvSegment { first_row: 0, n_rows, pos0: kv_len, kv_base: 0 }];
+    attention_dispatches(step, shape, q, k_cache, v_cache, out, scratch, &one, kv_len, causal)
+}
+
+/// Causal attention for the rows of several sequences at once, each segment over its own keys in
+/// the shared `k_cache` / `v_cache` (a batched step's KV pool): the same bits per row as
+/// `attention` on each segment alone, in one dispatch per ATTENTION_SEGMENTS segments instead of one
+/// per segment. Segments are in row order, back to back from row 0 of `q` and `out`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_segments(
+    step: &mut Step,
+    shape: AttentionShape,
+    q: &Rows,
+    k_cache: &Arc<GpuBuffer>,
+    v_cache: &Arc<GpuBuffer>,
+    out: &Rows,
+    scratch: &AttentionScratch,
+    segments: &[KvSegment],
+) -> Result<()> {
+    check_segments(segments)?;
+    for group in segments.chunks(ATTENTION_SEGMENTS) {
+        let first = group[0].first_row;
+        let local: Vec<KvSegment> = group.iter().map(|s| KvSegment { first_row: s.first_row - first, ..*s }).collect();
+        attention_dispatches(step, shape, &q.skip(first), k_cache, v_cache, &out.skip(first), scratch, &local, 0, true)?;
+    }
+    Ok(())
+}
+
+/// Segments must tile their rows from the first one on, in order, without gaps.
+fn check_segments(segments: &[KvSegment]) -> Result<()> {
+    let mut next = segments.first().map_or(0, |s| s.first_row);
+    for s in segments {
+        if s.first_row != next || s.n_rows == 0 {
+            return Err(crate::EngineError::Gpu(format!("segment {s:?} does not follow row {next} (segments must be consecutive, non-empty)")));
+        }
+        next += s.n_rows;
+    }
+    Ok(())
+}
+
+/// The segments' params slots: (first row, KV base, first position, 0), then zeros.
+fn segment_table(segments: &[KvSegment]) -> [[u32; 4]; ATTENTION_SEGMENTS] {
+    let mut table = [[0u32; 4]; ATTENTION_SEGMENTS];
+    for (slot, s) in table.iter_mut().zip(segments) {
+        *slot = [s.first_row, s.kv_base, s.pos0, 0];
+    }
+    table
+}
+
+/// The dispatches of one attention call over at most ATTENTION_SEGMENTS segments starting at row 0
+/// (`kv_len` only matters when not causal: every row then sees keys [0, kv_len)).
+#[allow(clippy::too_many_arguments)]
+fn attention_dispatches(
+    step: &mut Step,
+    shape: AttentionShape,
+    q: &Rows,
+    k_cache: &Arc<GpuBuffer>,
+    v_cache: &Arc<GpuBuffer>,
+    out: &Rows,
+    scratch: &AttentionScratch,
+    segments: &[KvSegment],
+    kv_len: u32,
+    causal: bool,
+) -> Result<()> {
+    debug_assert!(!segments.is_empty() && segments.len() <= ATTENTION_SEGMENTS);
     let gpu = step.gpu();
     // CPU adapters: small workgroups, so a decode step's few (head, chunk) invocations reach every core.
     // GPU family: one workgroup per (row, head, chunk) (COOP), enough parallelism at any context.
     let wg = if gpu.caps.cpu && !gpu.caps.gpu_kernels { 8 } else { 64 };
     let coop = gpu.caps.gpu_kernels;
-    let v4 = shape.head_dim % 4 == 0 && q.offset % 4 == 0 && q.stride % 4 == 0;
+    let kv_aligned = segments.iter().all(|s| s.kv_base % 4 == 0);
+    let v4 = shape.head_dim % 4 == 0 && q.offset % 4 == 0 && q.stride % 4 == 0 && kv_aligned;
     // The CPU family's partial work holds a query in this many vec4 registers.
     let d4 = shape.head_dim.div_ceil(4);
     // CPU family: partial and combine in one dispatch (one invocation per (row, head), same bits).
@@ -727,7 +834,8 @@ pub fn attention(
         let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL").flag_if("COOP", coop).flag_if("V4", v4).value("WG", wg).value("D4", d4))?;
         (partial, Some(gpu.pipeline(&ATTN_COMBINE, &Defines::default().value("WG", wg))?))
     };
-    let max_visible = if causal { kv_len + n_rows } else { kv_len };
+    let n_rows: u32 = segments.iter().map(|s| s.n_rows).sum();
+    let max_visible = if causal { segments.iter().map(|s| s.pos0 + s.n_rows).max().unwrap_or(0) } else { kv_len };
     let n_chunks = max_visible.div_ceil(ATTENTION_CHUNK).max(1);
     if n_chunks > scratch.max_chunks {
         return Err(crate::EngineError::Gpu(format!(
@@ -735,6 +843,7 @@ pub fn attention(
             scratch.max_chunks * ATTENTION_CHUNK
         )));
     }
+    let segs = segment_table(segments);
     // Process at most scratch.max_rows rows per pass; the chunking never depends on this split.
     let mut r0 = 0;
     while r0 < n_rows {
@@ -746,12 +855,16 @@ pub fn attention(
             head_dim: shape.head_dim,
             q_offset: q.offset + r0 * q.stride,
             q_stride: q.stride,
-            kv_len: if causal { kv_len + r0 } else { kv_len },
+            kv_len,
             causal: causal as u32,
             n_chunks,
             scale: 1.0 / (shape.head_dim as f32).sqrt(),
             out_offset: out.offset + r0 * out.stride,
             out_stride: out.stride,
+            row0: r0,
+            n_segs: segments.len() as u32,
+            _pad: [0; 2],
+            segs,
         };
         match &combine {
             None => step.dispatch(&partial, &params, &[q.buf, k_cache, v_cache, &scratch.part, &scratch.stats, out.buf], flat_groups(rows * shape.n_heads, wg)),
@@ -912,6 +1025,21 @@ pub fn copy_rows(step: &mut Step, src: &Rows, dst: &Rows, width: u32, n_rows: u3
         _pad: [0; 2],
     };
     step.dispatch(&p, &params, &[src.buf, dst.buf], flat_groups(n_rows * width, 64));
+    Ok(())
+}
+
+/// Copy `n_rows` rows of `width` floats from `src_offset` to `dst_offset` (row stride `stride`)
+/// within one buffer (a batched step's KV pool: one sequence's cached prefix into another's). The
+/// two ranges must not overlap.
+pub fn copy_rows_within(step: &mut Step, buf: &Arc<GpuBuffer>, src_offset: u32, dst_offset: u32, stride: u32, width: u32, n_rows: u32) -> Result<()> {
+    let (lo, hi) = (src_offset.min(dst_offset), src_offset.max(dst_offset));
+    let span = (n_rows.saturating_sub(1)) as u64 * stride as u64 + width as u64;
+    if n_rows > 0 && (lo as u64 + span) > hi as u64 {
+        return Err(crate::EngineError::Gpu(format!("copy of {n_rows} rows from {src_offset} to {dst_offset} overlaps itself")));
+    }
+    let p = step.gpu().pipeline(&COPY_WITHIN, &Defines::default().flag("WITHIN"))?;
+    let params = CopyParams { n_rows, width, src_offset, src_stride: stride, dst_offset, dst_stride: stride, _pad: [0; 2] };
+    step.dispatch(&p, &params, &[buf], flat_groups(n_rows * width, 64));
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! Every kernel against the CPU reference, on every test adapter configuration, plus batch
 //! invariance: a row computed among N rows is bit-identical to the same row computed alone.
 
-use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
+use domino_engine::kernels::{self, AttentionScratch, AttentionShape, KvSegment, QkvRope, SamplingConfig};
 use domino_engine::reference;
 use domino_engine::testing::{test_gpus, Rng};
 use domino_engine::{Epilogue, Gpu, HostDType, HostTensor, Matrix, QuantType, Rows, Step, WeightFormat};
@@ -312,6 +312,94 @@ fn attention_matches_reference_and_is_batch_invariant() {
                 }
             }
         }
+    }
+}
+
+/// Many sequences sharing one KV pool (a batched step): `qkv_rope_segments` and
+/// `attention_segments` over all their rows give, bit for bit, what `qkv_rope` and `attention` give
+/// each sequence alone in a cache of its own. 14 segments: more than one dispatch takes.
+#[test]
+fn segmented_qkv_rope_and_attention_equal_each_sequence_alone() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(11);
+        for (hq, hkv, d) in [(4usize, 2usize, 16usize), (8, 2, 32), (3, 1, 6)] {
+            let shape = AttentionShape { n_heads: hq as u32, n_kv_heads: hkv as u32, head_dim: d as u32 };
+            let (kvw, qw, cap) = (hkv * d, hq * d, 80usize);
+            let src_w = qw + 2 * kvw;
+            // (rows, first position) per sequence; sequence i's cache is region i of the pool.
+            let seqs: Vec<(usize, usize)> = (0..14).map(|i| (1 + (i % 3) * 2, (i * 13 + 5) % 70)).collect();
+            let total: usize = seqs.iter().map(|s| s.0).sum();
+            let qkv = rng.vec(total * src_w, 1.0);
+            let pool_init = rng.vec(seqs.len() * cap * kvw, 1.0);
+            let (qn, kn) = (upload(&gpu, &rng.vec(d, 1.0)), upload(&gpu, &rng.vec(d, 1.0)));
+            let table = kernels::rope_table(&gpu, cap, d, 1e4).unwrap();
+            let scratch = AttentionScratch::new(&gpu, shape, 8, cap as u32).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+
+            // All sequences at once, in the pool.
+            let (kp, vp) = (upload(&gpu, &pool_init), upload(&gpu, &pool_init));
+            let src = upload(&gpu, &qkv);
+            let (qb, ob) = (gpu.buffer("q", (total * qw * 4) as u64).unwrap(), gpu.buffer("o", (total * qw * 4) as u64).unwrap());
+            let mut segments = Vec::new();
+            let mut row = 0;
+            for (i, &(n, pos0)) in seqs.iter().enumerate() {
+                segments.push(KvSegment { first_row: row, n_rows: n as u32, pos0: pos0 as u32, kv_base: (i * cap * kvw) as u32 });
+                row += n as u32;
+            }
+            let (src_rows, q_rows) = (Rows::new(&src, 0, src_w as u32), Rows::new(&qb, 0, qw as u32));
+            let mut step = Step::new(&gpu);
+            let io = QkvRope { qkv: &src_rows, q: &q_rows, k_cache: &kp, v_cache: &vp, norms: Some((&qn, &kn)), rope_table: &table };
+            kernels::qkv_rope_segments(&mut step, &io, shape, &segments, 1e-6).unwrap();
+            kernels::attention_segments(&mut step, shape, &q_rows, &kp, &vp, &Rows::new(&ob, 0, qw as u32), &scratch, &segments).unwrap();
+            step.submit().unwrap();
+            let (pool_k, pool_v) = (read(&gpu, &kp, pool_init.len()), read(&gpu, &vp, pool_init.len()));
+            let (all_q, all_out) = (read(&gpu, &qb, total * qw), read(&gpu, &ob, total * qw));
+
+            // Each sequence alone, in a cache of its own.
+            for (i, s) in segments.iter().enumerate() {
+                let (r0, n) = (s.first_row as usize, s.n_rows as usize);
+                let region = &pool_init[i * cap * kvw..(i + 1) * cap * kvw];
+                let (kc, vc) = (upload(&gpu, region), upload(&gpu, region));
+                let src1 = upload(&gpu, &qkv[r0 * src_w..(r0 + n) * src_w]);
+                let (q1, o1) = (gpu.buffer("q1", (n * qw * 4) as u64).unwrap(), gpu.buffer("o1", (n * qw * 4) as u64).unwrap());
+                let (src_rows, q_rows) = (Rows::new(&src1, 0, src_w as u32), Rows::new(&q1, 0, qw as u32));
+                let mut step = Step::new(&gpu);
+                let io = QkvRope { qkv: &src_rows, q: &q_rows, k_cache: &kc, v_cache: &vc, norms: Some((&qn, &kn)), rope_table: &table };
+                kernels::qkv_rope(&mut step, &io, shape, s.n_rows, s.pos0, 1e-6).unwrap();
+                kernels::attention(&mut step, shape, &q_rows, &kc, &vc, &Rows::new(&o1, 0, qw as u32), &scratch, s.n_rows, s.pos0, true).unwrap();
+                step.submit().unwrap();
+                let what = format!("{name} hq={hq} hkv={hkv} d={d} sequence {i}");
+                assert_eq!(bits(&read(&gpu, &q1, n * qw)), bits(&all_q[r0 * qw..(r0 + n) * qw]), "{what}: rotated q");
+                assert_eq!(bits(&read(&gpu, &o1, n * qw)), bits(&all_out[r0 * qw..(r0 + n) * qw]), "{what}: attention");
+                let at = i * cap * kvw..(i + 1) * cap * kvw;
+                assert_eq!(bits(&read(&gpu, &kc, region.len())), bits(&pool_k[at.clone()]), "{what}: K cache");
+                assert_eq!(bits(&read(&gpu, &vc, region.len())), bits(&pool_v[at]), "{what}: V cache");
+            }
+        }
+    }
+}
+
+/// A copy between two slots of one pool buffer moves the bits and touches nothing else; ranges
+/// that overlap are refused.
+#[test]
+fn copy_within_one_buffer_moves_rows_and_refuses_overlap() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(12);
+        let data = rng.vec(1000, 1.0);
+        let buf = upload(&gpu, &data);
+        let mut step = Step::new(&gpu);
+        kernels::copy_rows_within(&mut step, &buf, 10, 600, 7, 5, 40).unwrap();
+        step.submit().unwrap();
+        let mut want = data.clone();
+        for r in 0..40 {
+            for i in 0..5 {
+                want[600 + r * 7 + i] = data[10 + r * 7 + i];
+            }
+        }
+        assert_eq!(read(&gpu, &buf, 1000).iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{name}");
+        let mut step = Step::new(&gpu);
+        let err = kernels::copy_rows_within(&mut step, &buf, 0, 100, 7, 7, 40).unwrap_err();
+        assert!(err.to_string().contains("overlaps"), "{name}: {err}");
     }
 }
 

@@ -1,11 +1,14 @@
 //! Many sequences in one forward pass: the GPU side of continuous batching.
 //!
-//! Each sequence owns a slot: its own KV cache and token-id buffer. A batched pass concatenates
-//! *segments* (one decode row of a sequence, or a chunk of a prompt being prefilled) into one set of
-//! activation rows. The matmuls run once over all rows, so every weight is read once per step for the
-//! whole batch; the per-sequence parts (RoPE into that sequence's cache, attention over its own keys,
-//! the embedding gather from its ids) are one dispatch per segment, with exactly the arguments a
-//! single-sequence forward would use.
+//! Each sequence owns a slot: its own region of the KV pool and its own token-id buffer. A batched
+//! pass concatenates *segments* (one decode row of a sequence, or a chunk of a prompt being
+//! prefilled) into one set of activation rows. The matmuls run once over all rows, so every weight is
+//! read once per step for the whole batch. Every slot's keys and values live in one pool buffer per
+//! layer (K and V; more pools only where one would pass the adapter's binding limit), so RoPE into
+//! the caches and attention over each sequence's own keys are also one dispatch per layer for all
+//! segments (`kernels::qkv_rope_segments`, `kernels::attention_segments`): on a CPU adapter, a
+//! dispatch per segment cost a batch-8 step about a third of its time. The embedding gather from
+//! each slot's ids stays one dispatch per segment.
 //!
 //! Why this keeps outputs exact: every kernel is batch-invariant (a row's arithmetic never depends on
 //! how many rows share the pass or where the row sits), and the per-segment kernels see the same
@@ -14,14 +17,18 @@
 
 use crate::error::Result;
 use crate::qwen3::{Capture, LayerDims, LayerWeights, QkvWeights, Qwen3Model};
-use domino_engine::kernels::{self, AttentionScratch, NormInput, QkvRope, SamplingConfig};
+use domino_engine::kernels::{self, AttentionScratch, KvSegment, NormInput, QkvRope, SamplingConfig};
 use domino_engine::{EngineError, Epilogue, GpuBuffer, Rows, Step};
 use std::sync::Arc;
 
-/// One sequence's GPU memory: its KV cache (all layers) and the token id of every position.
+/// One sequence's GPU memory: its region of the KV pool (all layers) and the token id of every
+/// position.
 pub struct SequenceSlot {
+    /// Per layer, the pool buffer holding this slot's keys (shared with other slots of the pool).
     pub k_cache: Vec<Arc<GpuBuffer>>,
     pub v_cache: Vec<Arc<GpuBuffer>>,
+    /// Where this slot's position 0 starts in its pool buffers, in floats.
+    pub kv_base: u32,
     /// ids[p] is the token at position p (the prompt, then each token fed back by the scheduler).
     pub ids: Arc<GpuBuffer>,
 }
@@ -75,17 +82,25 @@ impl Qwen3Model {
         let c = &self.config;
         let (slots, capacity, max_rows) = (slots.max(1), capacity.max(1), max_rows.max(1));
         let scope = gpu.begin_allocation_check();
-        let kv_bytes = (capacity * c.kv_width() * 4) as u64;
+        let slot_floats = (capacity * c.kv_width()) as u64;
+        let kv_bytes = slot_floats * 4;
+        // Slots per pool: as many as one binding (and u32 float offsets) allow; at least one, whose
+        // own size check names the limit if even that does not fit.
+        let per_pool = (gpu.caps.max_storage_binding.min(u32::MAX as u64) / kv_bytes.max(1)).clamp(1, slots as u64) as usize;
         let mut seqs = Vec::with_capacity(slots);
-        for s in 0..slots {
+        for first in (0..slots).step_by(per_pool) {
+            let n = per_pool.min(slots - first);
+            let what = |kind: &str, l: usize| format!("KV pool ({kind}, layer {l}, slots {first}..{}, {capacity} positions each)", first + n);
             let mut k_cache = Vec::with_capacity(c.num_layers);
             let mut v_cache = Vec::with_capacity(c.num_layers);
             for l in 0..c.num_layers {
-                k_cache.push(gpu.binding_buffer(&format!("KV cache (slot {s}, K, layer {l}, {capacity} positions)"), kv_bytes)?);
-                v_cache.push(gpu.binding_buffer(&format!("KV cache (slot {s}, V, layer {l}, {capacity} positions)"), kv_bytes)?);
+                k_cache.push(gpu.binding_buffer(&what("K", l), kv_bytes * n as u64)?);
+                v_cache.push(gpu.binding_buffer(&what("V", l), kv_bytes * n as u64)?);
             }
-            let ids = gpu.binding_buffer(&format!("token ids (slot {s})"), (capacity * 4) as u64)?;
-            seqs.push(SequenceSlot { k_cache, v_cache, ids });
+            for i in 0..n {
+                let ids = gpu.binding_buffer(&format!("token ids (slot {})", first + i), (capacity * 4) as u64)?;
+                seqs.push(SequenceSlot { k_cache: k_cache.clone(), v_cache: v_cache.clone(), kv_base: (i as u64 * slot_floats) as u32, ids });
+            }
         }
         let shape = self.attention_shape();
         let chunks = capacity.div_ceil(kernels::ATTENTION_CHUNK as usize) as u64;
@@ -226,10 +241,11 @@ fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d
             kernels::matmul_normed(step, m, &norm, &x, &qkv_rows, total, Epilogue::Store)?;
             step.set_label(&format!("layer {li} q/k norm + rope"));
             let norms = l.q_norm.as_ref().zip(l.k_norm.as_ref());
-            for (s, &off) in segments.iter().zip(offsets) {
-                let slot = &st.slots[s.slot];
-                let io = QkvRope { qkv: &qkv_rows.skip(off), q: &q_rows.skip(off), k_cache: &slot.k_cache[li], v_cache: &slot.v_cache[li], norms, rope_table: &st.rope };
-                kernels::qkv_rope(step, &io, sh, s.n_rows, s.pos0, d.eps)?;
+            for run in pool_runs(st, segments, offsets) {
+                let slot = &st.slots[segments[run.start].slot];
+                let (qkv, q) = (qkv_rows.skip(offsets[run.start]), q_rows.skip(offsets[run.start]));
+                let io = QkvRope { qkv: &qkv, q: &q, k_cache: &slot.k_cache[li], v_cache: &slot.v_cache[li], norms, rope_table: &st.rope };
+                kernels::qkv_rope_segments(step, &io, sh, &kv_segments(st, &segments[run.clone()], &offsets[run]), d.eps)?;
             }
         }
         QkvWeights::Separate { q, k, v } => {
@@ -244,19 +260,21 @@ fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d
             for (s, &off) in segments.iter().zip(offsets) {
                 let slot = &st.slots[s.slot];
                 let (n, pos) = (s.n_rows, s.pos0);
-                kernels::copy_rows(step, &v_rows.skip(off), &Rows::new(&slot.v_cache[li], pos * kvw, kvw), kvw, n)?;
+                kernels::copy_rows(step, &v_rows.skip(off), &Rows::new(&slot.v_cache[li], slot.kv_base + pos * kvw, kvw), kvw, n)?;
                 kernels::norm_rope(step, &Rows::new(&st.q_raw, 0, qw).skip(off), &q_rows.skip(off), l.q_norm.as_ref(), &st.rope, n, sh.n_heads, sh.head_dim, pos, d.eps)?;
-                let k_dst = Rows::new(&slot.k_cache[li], pos * kvw, kvw);
+                let k_dst = Rows::new(&slot.k_cache[li], slot.kv_base + pos * kvw, kvw);
                 kernels::norm_rope(step, &Rows::new(&st.k_raw, 0, kvw).skip(off), &k_dst, l.k_norm.as_ref(), &st.rope, n, sh.n_kv_heads, sh.head_dim, pos, d.eps)?;
             }
         }
     }
     step.set_label(&format!("layer {li} attention"));
     let att = Rows::new(&st.att, 0, qw);
-    for (s, &off) in segments.iter().zip(offsets) {
-        let slot = &st.slots[s.slot];
+    for run in pool_runs(st, segments, offsets) {
+        let slot = &st.slots[segments[run.start].slot];
+        let first = offsets[run.start];
         // Causal, exactly as the single-sequence forward: row r sees its sequence's keys [0, pos0 + r].
-        kernels::attention(step, sh, &q_rows.skip(off), &slot.k_cache[li], &slot.v_cache[li], &att.skip(off), &st.scratch, s.n_rows, s.pos0, true)?;
+        let segs = kv_segments(st, &segments[run.clone()], &offsets[run]);
+        kernels::attention_segments(step, sh, &q_rows.skip(first), &slot.k_cache[li], &slot.v_cache[li], &att.skip(first), &st.scratch, &segs)?;
     }
     step.set_label(&format!("layer {li} o_proj + residual"));
     kernels::matmul(step, &l.o, &att, &x, total, Epilogue::Accumulate)?;
@@ -266,4 +284,29 @@ fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d
     step.set_label(&format!("layer {li} down + residual"));
     kernels::matmul(step, &l.down, &Rows::new(&st.mlp, 0, d.intermediate), &x, total, Epilogue::Accumulate)?;
     Ok(())
+}
+
+/// Runs of consecutive segments whose slots share a KV pool (one run unless the pool was split).
+fn pool_runs(st: &BatchState, segments: &[Segment], offsets: &[u32]) -> Vec<std::ops::Range<usize>> {
+    debug_assert_eq!(segments.len(), offsets.len());
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, s) in segments.iter().enumerate() {
+        let pool = &st.slots[s.slot].k_cache[0];
+        match runs.last_mut() {
+            Some(run) if Arc::ptr_eq(&st.slots[segments[run.start].slot].k_cache[0], pool) => run.end = i + 1,
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
+}
+
+/// The kernels' view of a run of segments: rows from the run's first row on, each sequence's
+/// position and where its cache starts in the pool.
+fn kv_segments(st: &BatchState, segments: &[Segment], offsets: &[u32]) -> Vec<KvSegment> {
+    let first = offsets.first().copied().unwrap_or(0);
+    segments
+        .iter()
+        .zip(offsets)
+        .map(|(s, &off)| KvSegment { first_row: off - first, n_rows: s.n_rows, pos0: s.pos0, kv_base: st.slots[s.slot].kv_base })
+        .collect()
 }

@@ -500,8 +500,14 @@ impl<'m> Batcher<'m> {
         let (src, dst) = (&self.state.slots[c.src], &self.state.slots[c.dst]);
         let rows = (c.to - c.from) as u32;
         let at = c.from as u32 * width;
+        let (from, to) = (src.kv_base + at, dst.kv_base + at);
         for (s, d) in src.k_cache.iter().zip(&dst.k_cache).chain(src.v_cache.iter().zip(&dst.v_cache)) {
-            domino_engine::kernels::copy_rows(step, &Rows::new(s, at, width), &Rows::new(d, at, width), width, rows)?;
+            // Slots of one KV pool share its buffers: a copy within one buffer has its own kernel.
+            if Arc::ptr_eq(s, d) {
+                domino_engine::kernels::copy_rows_within(step, s, from, to, width, width, rows)?;
+            } else {
+                domino_engine::kernels::copy_rows(step, &Rows::new(s, from, width), &Rows::new(d, to, width), width, rows)?;
+            }
         }
         Ok(())
     }
