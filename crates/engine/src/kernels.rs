@@ -826,10 +826,13 @@ fn attention_dispatches(
     let v4 = shape.head_dim % 4 == 0 && q.offset % 4 == 0 && q.stride % 4 == 0 && kv_aligned;
     // The CPU family's partial work holds a query in this many vec4 registers.
     let d4 = shape.head_dim.div_ceil(4);
-    // CPU family: partial and combine in one dispatch (one invocation per (row, head), same bits).
+    // CPU family: partial and combine in one dispatch (one invocation per (row, head), same bits);
+    // with vec4 reads one invocation per (row, KV head) serves the G query heads sharing its keys.
     let fused = gpu.caps.cpu && !gpu.caps.gpu_kernels;
+    let group = shape.n_heads / shape.n_kv_heads.max(1);
+    let fused_threads = |rows: u32| if v4 { rows * shape.n_kv_heads } else { rows * shape.n_heads };
     let (partial, combine) = if fused {
-        (gpu.pipeline(&ATTN_FUSED, &Defines::default().flag("FUSED").flag_if("V4", v4).value("WG", wg).value("D4", d4))?, None)
+        (gpu.pipeline(&ATTN_FUSED, &Defines::default().flag("FUSED").flag_if("V4", v4).value("WG", wg).value("D4", d4).value("G", group))?, None)
     } else {
         let partial = gpu.pipeline(&ATTN_PARTIAL, &Defines::default().flag("PARTIAL").flag_if("COOP", coop).flag_if("V4", v4).value("WG", wg).value("D4", d4))?;
         (partial, Some(gpu.pipeline(&ATTN_COMBINE, &Defines::default().value("WG", wg))?))
@@ -867,7 +870,7 @@ fn attention_dispatches(
             segs,
         };
         match &combine {
-            None => step.dispatch(&partial, &params, &[q.buf, k_cache, v_cache, &scratch.part, &scratch.stats, out.buf], flat_groups(rows * shape.n_heads, wg)),
+            None => step.dispatch(&partial, &params, &[q.buf, k_cache, v_cache, &scratch.part, &scratch.stats, out.buf], flat_groups(fused_threads(rows), wg)),
             Some(combine) => {
                 step.dispatch(
                     &partial,
