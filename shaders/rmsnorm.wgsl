@@ -6,9 +6,48 @@
 //   2 storage  w: array<f32>, n elements (norm weights are always kept in f32)
 //   3 storage  y: array<f32>, row r at y_offset + r * y_stride (may alias nothing that is read)
 // Defines: SUBGROUP (reduce with subgroupAdd, then across subgroups in workgroup memory) or the
-// workgroup-memory tree. Either way the reduction order depends only on n, never on the number of rows,
+// workgroup-memory tree; SERIAL (CPU adapters, entry `serial`): one invocation per row sums in the
+// workgroup tree's order without the workgroup (rms_scale.wgsl's inv_rms, the CPU family's folded
+// norm), where llvmpipe paid more for the tree's barriers than for the row. Either way the reduction order depends only on n, never on the number of rows,
 // so the kernel is batch-invariant. Math in f32.
 
+#if SERIAL
+struct Params {
+    k: u32,
+    n_rows: u32,
+    x_offset: u32,
+    x_stride: u32,
+    y_offset: u32,
+    y_stride: u32,
+    eps: f32,
+    _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+fn x_scalar(i: u32) -> f32 {
+    return x[i];
+}
+
+#include rms_scale.wgsl
+
+@compute @workgroup_size(8)
+fn serial(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let row = gid.x + gid.y * 65535u * 8u;
+    if (row >= p.n_rows) {
+        return;
+    }
+    let inv = inv_rms(row);
+    let xb = p.x_offset + row * p.x_stride;
+    let yb = p.y_offset + row * p.y_stride;
+    for (var i = 0u; i < p.k; i = i + 1u) {
+        y[yb + i] = x[xb + i] * inv * w[i];
+    }
+}
+#else
 struct Params {
     n: u32,
     n_rows: u32,
@@ -86,3 +125,4 @@ fn main(
         y[yb + i] = x[xb + i] * inv * w[i];
     }
 }
+#endif

@@ -57,6 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for rows in [1u32, rows_max] {
         let norm = NormInput { weight: &norm_w, eps: 1e-6, scratch: Rows::new(&a, 0, h) };
         let segs: Vec<KvSegment> = (0..rows).map(|r| KvSegment { first_row: r, n_rows: 1, pos0: 100, kv_base: r * cap * kvw }).collect();
+        time("rmsnorm", rows, &|s| kernels::rmsnorm(s, &norm_w, h, 1e-6, &Rows::new(&x, 0, h), &Rows::new(&a, 0, h), rows))?;
         time("qkv (normed)", rows, &|s| kernels::matmul_normed(s, &wqkv, &norm, &Rows::new(&x, 0, h), &Rows::new(&qkv, 0, qw + 2 * kvw), rows, Epilogue::Store))?;
         time("qkv_rope (segments)", rows, &|s| {
             let (src, qr) = (Rows::new(&qkv, 0, qw + 2 * kvw), Rows::new(&q, 0, qw));

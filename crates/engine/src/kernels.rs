@@ -67,6 +67,7 @@ const MATMUL_GPU_GLU: KernelSpec =
 const MATMUL_GPU_GLU_NORM: KernelSpec =
     KernelSpec { name: "matmul_gpu_glu", source: shader::MATMUL_GPU, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, R), (5, W)] };
 const RMSNORM: KernelSpec = KernelSpec { name: "rmsnorm", source: shader::RMSNORM, entry: "main", bindings: &[(1, R), (2, R), (3, W)] };
+const RMSNORM_SERIAL: KernelSpec = KernelSpec { name: "rmsnorm", source: shader::RMSNORM, entry: "serial", bindings: &[(1, R), (2, R), (3, W)] };
 const ROPE: KernelSpec = KernelSpec { name: "rope", source: shader::ROPE, entry: "main", bindings: &[(1, R), (2, R), (3, R), (4, W)] };
 const ROPE_QKV: KernelSpec =
     KernelSpec { name: "rope", source: shader::ROPE, entry: "qkv", bindings: &[(1, R), (2, R), (3, R), (4, W), (5, R), (6, W), (7, W)] };
@@ -514,8 +515,15 @@ pub fn rmsnorm(step: &mut Step, w: &Arc<GpuBuffer>, n: u32, eps: f32, x: &Rows, 
     // The CPU family folds the norm into its decode matmuls with the workgroup tree's order, so its
     // separate pass (multi-row) must use that tree too: a decode row and a verify row then agree.
     let subgroup = gpu.caps.subgroup && gpu.caps.gpu_kernels;
-    let p = gpu.pipeline(&RMSNORM, &Defines::default().flag_if("SUBGROUP", subgroup))?;
     let params = RmsNormParams { n, n_rows, x_offset: x.offset, x_stride: x.stride, y_offset: y.offset, y_stride: y.stride, eps, _pad: 0 };
+    // CPU family: one invocation per row in the same order (a batch-8 norm took llvmpipe ~200 µs
+    // of CPU time through the 64-lane tree's barriers).
+    if gpu.caps.cpu && !gpu.caps.gpu_kernels {
+        let p = gpu.pipeline(&RMSNORM_SERIAL, &Defines::default().flag("SERIAL"))?;
+        step.dispatch(&p, &params, &[x.buf, w, y.buf], flat_groups(n_rows, 8));
+        return Ok(());
+    }
+    let p = gpu.pipeline(&RMSNORM, &Defines::default().flag_if("SUBGROUP", subgroup))?;
     let groups = if n_rows <= 65535 { [n_rows, 1, 1] } else { [65535, n_rows.div_ceil(65535), 1] };
     step.dispatch(&p, &params, &[x.buf, w, y.buf], groups);
     Ok(())
