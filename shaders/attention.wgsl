@@ -12,6 +12,7 @@
 //   4 storage  part: array<f32>, [row][head][n_chunks][head_dim] partial outputs   (rw / read)
 //   5 storage  stats: array<vec2<f32>>, [row][head][n_chunks] = (max score m, sum e^(s-m))  (rw / read)
 //   6 storage  out: array<f32>, row r head h at out_offset + r * out_stride + h * head_dim  (combine)
+// Params carries row0 (the first row of this pass within the dispatch's rows), n_segs and segs (below).
 //
 // Segments: the rows of one dispatch may belong to up to MAX_SEGS sequences whose caches live in one
 // buffer (a batched step's KV pool). Segment i = segs[i] = (first row, KV base, position of its first
@@ -25,8 +26,10 @@
 // workgroup of CHUNK invocations per (row, head, chunk), below), WG (workgroup size: 8 on CPU adapters, where the few
 // (row, head, chunk) invocations of a decode step must still spread over every core; 64 otherwise),
 // D4 (head_dim / 4 rounded up: the CPU family's partial work keeps its query in D4 vec4 registers),
-// V4 (head_dim, q_offset and q_stride multiples of 4: q, K, V and the partials are read as vec4,
-// with the same order of fma per channel as the scalar reads).
+// V4 (head_dim, q_offset, q_stride and every KV base multiples of 4: q, K, V and the partials are
+// read as vec4, with the same order of fma per channel as the scalar reads), FUSED (the CPU family's
+// one-pass entry `fused`: partial and combine in one invocation per (row, KV head) with V4, serving
+// the G = n_heads / n_kv_heads query heads of that KV head; per (row, head) without V4).
 // Invariants: chunk boundaries are absolute key indices and every sum runs in a fixed order, so a row's
 // output does not depend on how many rows are in the batch (batch invariance). head_dim <= 256.
 
