@@ -47,20 +47,27 @@ fn bandwidth(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
 #elif WITHIN
 @group(0) @binding(1) var<storage, read_write> data: array<f32>;
 
-@compute @workgroup_size(64)
-fn rows(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let t = gid.x + gid.y * 65535u * 64u;
-    if (t >= p.n_rows * p.width) {
-        return;
-    }
-    let i = t % p.width;
-    let r = t / p.width;
-    data[p.dst_offset + r * p.dst_stride + i] = data[p.src_offset + r * p.src_stride + i];
+fn load(i: u32) -> f32 {
+    return data[i];
+}
+
+fn store(i: u32, v: f32) {
+    data[i] = v;
 }
 #else
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
 
+fn load(i: u32) -> f32 {
+    return src[i];
+}
+
+fn store(i: u32, v: f32) {
+    dst[i] = v;
+}
+#endif
+
+#if !BANDWIDTH
 @compute @workgroup_size(64)
 fn rows(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.x + gid.y * 65535u * 64u;
@@ -69,6 +76,6 @@ fn rows(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let i = t % p.width;
     let r = t / p.width;
-    dst[p.dst_offset + r * p.dst_stride + i] = src[p.src_offset + r * p.src_stride + i];
+    store(p.dst_offset + r * p.dst_stride + i, load(p.src_offset + r * p.src_stride + i));
 }
 #endif

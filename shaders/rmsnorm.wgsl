@@ -2,54 +2,19 @@
 //
 // Bindings (group 0):
 //   0 uniform  Params (dynamic offset)
-//   1 storage  x: array<f32>, row r at x_offset + r * x_stride, n elements
-//   2 storage  w: array<f32>, n elements (norm weights are always kept in f32)
+//   1 storage  x: array<f32>, row r at x_offset + r * x_stride, k elements
+//   2 storage  w: array<f32>, k elements (norm weights are always kept in f32)
 //   3 storage  y: array<f32>, row r at y_offset + r * y_stride (may alias nothing that is read)
 // Defines: SUBGROUP (reduce with subgroupAdd, then across subgroups in workgroup memory) or the
 // workgroup-memory tree; SERIAL (CPU adapters, entry `serial`): one invocation per row sums in the
 // workgroup tree's order without the workgroup (rms_scale.wgsl's inv_rms, the CPU family's folded
-// norm), where llvmpipe paid more for the tree's barriers than for the row. Either way the reduction order depends only on n, never on the number of rows,
-// so the kernel is batch-invariant. Math in f32.
+// norm), where llvmpipe paid more for the tree's barriers than for the row. Either way the
+// reduction order depends only on k, never on the number of rows, so the kernel is
+// batch-invariant. Math in f32.
 
-#if SERIAL
 struct Params {
+    // Elements per row.
     k: u32,
-    n_rows: u32,
-    x_offset: u32,
-    x_stride: u32,
-    y_offset: u32,
-    y_stride: u32,
-    eps: f32,
-    _pad0: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-
-fn x_scalar(i: u32) -> f32 {
-    return x[i];
-}
-
-#include rms_scale.wgsl
-
-@compute @workgroup_size(8)
-fn serial(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let row = gid.x + gid.y * 65535u * 8u;
-    if (row >= p.n_rows) {
-        return;
-    }
-    let inv = inv_rms(row);
-    let xb = p.x_offset + row * p.x_stride;
-    let yb = p.y_offset + row * p.y_stride;
-    for (var i = 0u; i < p.k; i = i + 1u) {
-        y[yb + i] = x[xb + i] * inv * w[i];
-    }
-}
-#else
-struct Params {
-    n: u32,
     n_rows: u32,
     x_offset: u32,
     x_stride: u32,
@@ -114,14 +79,35 @@ fn main(
     }
     let xb = p.x_offset + row * p.x_stride;
     var s = 0.0;
-    for (var i = lid; i < p.n; i = i + WG) {
+    for (var i = lid; i < p.k; i = i + WG) {
         let v = x[xb + i];
         s = fma(v, v, s);
     }
     let total = workgroup_sum(s, lid, sg_lane, sg_size);
-    let inv = 1.0 / sqrt(total / f32(p.n) + p.eps);
+    let inv = 1.0 / sqrt(total / f32(p.k) + p.eps);
     let yb = p.y_offset + row * p.y_stride;
-    for (var i = lid; i < p.n; i = i + WG) {
+    for (var i = lid; i < p.k; i = i + WG) {
+        y[yb + i] = x[xb + i] * inv * w[i];
+    }
+}
+
+#if SERIAL
+fn x_scalar(i: u32) -> f32 {
+    return x[i];
+}
+
+#include rms_scale.wgsl
+
+@compute @workgroup_size(8)
+fn serial(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let row = gid.x + gid.y * 65535u * 8u;
+    if (row >= p.n_rows) {
+        return;
+    }
+    let inv = inv_rms(row);
+    let xb = p.x_offset + row * p.x_stride;
+    let yb = p.y_offset + row * p.y_stride;
+    for (var i = 0u; i < p.k; i = i + 1u) {
         y[yb + i] = x[xb + i] * inv * w[i];
     }
 }

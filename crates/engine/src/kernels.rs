@@ -621,10 +621,7 @@ pub fn qkv_rope(step: &mut Step, io: &QkvRope, shape: AttentionShape, n_rows: u3
 /// batched step's KV pool): segment by segment the same bits, in one dispatch per
 /// ATTENTION_SEGMENTS segments. Segments are in row order, back to back from row 0 of `io`'s rows.
 pub fn qkv_rope_segments(step: &mut Step, io: &QkvRope, shape: AttentionShape, segments: &[KvSegment], eps: f32) -> Result<()> {
-    check_segments(segments)?;
-    for group in segments.chunks(ATTENTION_SEGMENTS) {
-        let first = group[0].first_row;
-        let local: Vec<KvSegment> = group.iter().map(|s| KvSegment { first_row: s.first_row - first, ..*s }).collect();
+    for (first, local) in segment_groups(segments)? {
         let (qkv, q) = (io.qkv.skip(first), io.q.skip(first));
         let rows = QkvRope { qkv: &qkv, q: &q, ..*io };
         qkv_rope_dispatch(step, &rows, shape, &local, eps)?;
@@ -779,17 +776,16 @@ pub fn attention_segments(
     scratch: &AttentionScratch,
     segments: &[KvSegment],
 ) -> Result<()> {
-    check_segments(segments)?;
-    for group in segments.chunks(ATTENTION_SEGMENTS) {
-        let first = group[0].first_row;
-        let local: Vec<KvSegment> = group.iter().map(|s| KvSegment { first_row: s.first_row - first, ..*s }).collect();
+    for (first, local) in segment_groups(segments)? {
         attention_dispatches(step, shape, &q.skip(first), k_cache, v_cache, &out.skip(first), scratch, &local, 0, true)?;
     }
     Ok(())
 }
 
-/// Segments must tile their rows from the first one on, in order, without gaps.
-fn check_segments(segments: &[KvSegment]) -> Result<()> {
+/// The dispatches' share of `segments`: groups of at most ATTENTION_SEGMENTS, each as its first
+/// row and its segments renumbered from there. Segments must tile their rows from the first one on,
+/// in order, without gaps.
+fn segment_groups(segments: &[KvSegment]) -> Result<Vec<(u32, Vec<KvSegment>)>> {
     let mut next = segments.first().map_or(0, |s| s.first_row);
     for s in segments {
         if s.first_row != next || s.n_rows == 0 {
@@ -797,7 +793,11 @@ fn check_segments(segments: &[KvSegment]) -> Result<()> {
         }
         next += s.n_rows;
     }
-    Ok(())
+    let renumber = |group: &[KvSegment]| {
+        let first = group[0].first_row;
+        (first, group.iter().map(|s| KvSegment { first_row: s.first_row - first, ..*s }).collect())
+    };
+    Ok(segments.chunks(ATTENTION_SEGMENTS).map(renumber).collect())
 }
 
 /// The segments' params slots: (first row, KV base, first position, 0), then zeros.
