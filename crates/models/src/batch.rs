@@ -6,9 +6,9 @@
 //! read once per step for the whole batch. Every slot's keys and values live in one pool buffer per
 //! layer (K and V; more pools only where one would pass the adapter's binding limit), so RoPE into
 //! the caches and attention over each sequence's own keys are also one dispatch per layer for all
-//! segments (`kernels::qkv_rope_segments`, `kernels::attention_segments`): on a CPU adapter, a
-//! dispatch per segment cost a batch-8 step about a third of its time. The embedding gather from
-//! each slot's ids stays one dispatch per segment.
+//! segments (`kernels::qkv_rope_segments`, `kernels::attention_segments`), not 2 per sequence per
+//! layer (480 in a batch-8 step of SmolLM2, each one too small to keep more than one llvmpipe thread
+//! busy). The embedding gather from each slot's ids stays one dispatch per segment.
 //!
 //! Why this keeps outputs exact: every kernel is batch-invariant (a row's arithmetic never depends on
 //! how many rows share the pass or where the row sits), and the per-segment kernels see the same
@@ -241,7 +241,7 @@ fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d
             kernels::matmul_normed(step, m, &norm, &x, &qkv_rows, total, Epilogue::Store)?;
             step.set_label(&format!("layer {li} q/k norm + rope"));
             let norms = l.q_norm.as_ref().zip(l.k_norm.as_ref());
-            for run in pool_runs(st, segments, offsets) {
+            for run in pool_runs(st, segments) {
                 let slot = &st.slots[segments[run.start].slot];
                 let (qkv, q) = (qkv_rows.skip(offsets[run.start]), q_rows.skip(offsets[run.start]));
                 let io = QkvRope { qkv: &qkv, q: &q, k_cache: &slot.k_cache[li], v_cache: &slot.v_cache[li], norms, rope_table: &st.rope };
@@ -269,7 +269,7 @@ fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d
     }
     step.set_label(&format!("layer {li} attention"));
     let att = Rows::new(&st.att, 0, qw);
-    for run in pool_runs(st, segments, offsets) {
+    for run in pool_runs(st, segments) {
         let slot = &st.slots[segments[run.start].slot];
         let first = offsets[run.start];
         // Causal, exactly as the single-sequence forward: row r sees its sequence's keys [0, pos0 + r].
@@ -287,8 +287,7 @@ fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d
 }
 
 /// Runs of consecutive segments whose slots share a KV pool (one run unless the pool was split).
-fn pool_runs(st: &BatchState, segments: &[Segment], offsets: &[u32]) -> Vec<std::ops::Range<usize>> {
-    debug_assert_eq!(segments.len(), offsets.len());
+fn pool_runs(st: &BatchState, segments: &[Segment]) -> Vec<std::ops::Range<usize>> {
     let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
     for (i, s) in segments.iter().enumerate() {
         let pool = &st.slots[s.slot].k_cache[0];
