@@ -84,9 +84,10 @@ impl Qwen3Model {
         let scope = gpu.begin_allocation_check();
         let slot_floats = (capacity * c.kv_width()) as u64;
         let kv_bytes = slot_floats * 4;
-        // Slots per pool: as many as one binding (and u32 float offsets) allow; at least one, whose
-        // own size check names the limit if even that does not fit.
-        let per_pool = (gpu.caps.max_storage_binding.min(u32::MAX as u64) / kv_bytes.max(1)).clamp(1, slots as u64) as usize;
+        // Slots per pool: as many as one binding, one buffer and u32 float offsets allow; at least
+        // one, whose own size check names the limit if even that does not fit.
+        let most = gpu.caps.max_storage_binding.min(gpu.caps.max_buffer).min(u32::MAX as u64);
+        let per_pool = (most / kv_bytes.max(1)).clamp(1, slots as u64) as usize;
         let mut seqs = Vec::with_capacity(slots);
         for first in (0..slots).step_by(per_pool) {
             let n = per_pool.min(slots - first);

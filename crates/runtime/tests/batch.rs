@@ -88,6 +88,29 @@ fn batched_requests_equal_each_request_alone() {
     }
 }
 
+/// Slots are split over several KV pools where one pool buffer would pass the adapter's binding
+/// limit: here 4 slots of 160 positions per pool, 8 slots in 2 pools, so a step's segments span two
+/// pools (one RoPE and one attention dispatch per pool). Tokens still equal each request alone.
+#[test]
+fn kv_pools_split_at_the_binding_limit_stay_exact() {
+    let spec = TinySpec { embed_scale: 4.0, seed: 33, ..TinySpec::default() };
+    let (_dir, config, ckpt) = load(&spec);
+    let reqs = requests(config.vocab_size as u32);
+    let slot_bytes = (160 * config.kv_width() * 4) as u64;
+    for (name, backend) in domino_engine::testing::test_backends() {
+        let opts = domino_engine::GpuOptions { backend, max_binding: Some(4 * slot_bytes + slot_bytes / 2), ..Default::default() };
+        let gpu = block_on(domino_engine::Gpu::new(&opts)).unwrap_or_else(|e| panic!("GPU test adapter '{name}' is required: {e}"));
+        let model = Qwen3Model::load(gpu, config.clone(), &ckpt, WeightFormat::F32, &mut |_, _, _| {}).unwrap();
+        let state = model.new_batch_state(8, 160, 64).unwrap();
+        let pools = state.slots.iter().filter(|s| s.kv_base == 0).count();
+        assert_eq!(pools, 2, "{name}: 8 slots of {slot_bytes} bytes under a limit of 4.5 slots");
+        drop(state);
+        let want = alone(&model, &reqs);
+        assert_eq!(run_batched(&model, 8, &reqs, &[0; 8]), want, "{name}: 8 at once over 2 pools");
+        assert_eq!(run_batched(&model, 8, &reqs, &[0, 3, 3, 5, 0, 9, 1, 20]), want, "{name}: staggered over 2 pools");
+    }
+}
+
 #[test]
 fn batched_quantized_model_with_separate_qkv_equals_alone() {
     // Q8_0 at load quantizes q/k/v alike (fused); a GGUF with mixed types takes the separate path,
