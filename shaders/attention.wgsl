@@ -327,70 +327,11 @@ fn partial(@builtin(global_invocation_id) gid: vec3<u32>) {
 #elif FUSED
 #if V4
 // The CPU family's one-pass attention: one invocation per (row, KV head) runs, for each chunk in
-// turn, the partial pass's work for all G query heads that share the KV head (group_chunk, into the
-// same scratch), then the combine pass's merge for each of them, so the output has the two-pass
+// turn, the partial pass's work for all G query heads that share the KV head (into the same
+// scratch), then the combine pass's merge for each of them, so the output has the two-pass
 // kernel's bits in one dispatch instead of two. Each key and value is loaded once for the G heads:
 // llvmpipe loads storage words lane by lane, so the loads are what a CPU adapter pays for.
 const G: u32 = {{G}}u;
-var<private> q_group: array<array<vec4<f32>, D4>, G>;
-var<private> scores: array<array<f32, CHUNK>, G>;
-var<private> sums: array<array<vec4<f32>, D4>, G>;
-
-// chunk_partial's sums for each head kv_head * G + g of the group, in the same order per head:
-// scores in key order, their max m and sum l of e^(s - m), the output sums key by key; written to
-// part / stats at that head's slot (row, head, chunk). The chunk must hold a visible key.
-fn group_chunk(row: u32, kv_head: u32, chunk: u32, keys: RowKeys) {
-    let start = chunk * CHUNK;
-    let end = min(start + CHUNK, keys.visible);
-    var m: array<f32, G>;
-    var l: array<f32, G>;
-    for (var g = 0u; g < G; g = g + 1u) {
-        m[g] = NEG_BIG;
-        l[g] = 0.0;
-        for (var i = 0u; i < D4; i = i + 1u) {
-            sums[g][i] = vec4<f32>(0.0);
-        }
-    }
-    for (var j = start; j < end; j = j + 1u) {
-        let kb = keys.base / 4u + (j * p.n_kv_heads + kv_head) * D4;
-        var dot: array<f32, G>;
-        for (var i = 0u; i < D4; i = i + 1u) {
-            let kv = k_cache[kb + i];
-            for (var g = 0u; g < G; g = g + 1u) {
-                dot[g] = fma(q_group[g][i].x, kv.x, dot[g]);
-                dot[g] = fma(q_group[g][i].y, kv.y, dot[g]);
-                dot[g] = fma(q_group[g][i].z, kv.z, dot[g]);
-                dot[g] = fma(q_group[g][i].w, kv.w, dot[g]);
-            }
-        }
-        for (var g = 0u; g < G; g = g + 1u) {
-            let score = dot[g] * p.scale;
-            scores[g][j - start] = score;
-            m[g] = max(m[g], score);
-        }
-    }
-    for (var j = start; j < end; j = j + 1u) {
-        let vb = keys.base / 4u + (j * p.n_kv_heads + kv_head) * D4;
-        var e: array<f32, G>;
-        for (var g = 0u; g < G; g = g + 1u) {
-            e[g] = exp(scores[g][j - start] - m[g]);
-            l[g] = l[g] + e[g];
-        }
-        for (var i = 0u; i < D4; i = i + 1u) {
-            let v = v_cache[vb + i];
-            for (var g = 0u; g < G; g = g + 1u) {
-                sums[g][i] = fma(vec4<f32>(e[g]), v, sums[g][i]);
-            }
-        }
-    }
-    for (var g = 0u; g < G; g = g + 1u) {
-        let t = (row * p.n_heads + kv_head * G + g) * p.n_chunks + chunk;
-        for (var i = 0u; i < D4; i = i + 1u) {
-            part[t * D4 + i] = sums[g][i];
-        }
-        stats[t] = vec2<f32>(m[g], l[g]);
-    }
-}
 
 @compute @workgroup_size(WG)
 fn fused(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -402,11 +343,71 @@ fn fused(@builtin(global_invocation_id) gid: vec3<u32>) {
     let row = rk / p.n_kv_heads;
     let keys = row_keys(row);
     let n_used = (keys.visible + CHUNK - 1u) / CHUNK;
+    var q_group: array<array<vec4<f32>, D4>, G>;
     for (var g = 0u; g < G; g = g + 1u) {
         q_group[g] = load_q(row, kv_head * G + g);
     }
+    // Per chunk, chunk_partial's sums for each head kv_head * G + g of the group, in the same
+    // order per head: scores in key order, their max m and sum l of e^(s - m), the output sums key
+    // by key; written to part / stats at that head's slot (row, head, chunk).
+    var scores: array<array<f32, CHUNK>, G>;
+    var sums: array<array<vec4<f32>, D4>, G>;
+    var m: array<f32, G>;
+    var l: array<f32, G>;
+    var dot: array<f32, G>;
+    var e: array<f32, G>;
     for (var chunk = 0u; chunk < n_used; chunk = chunk + 1u) {
-        group_chunk(row, kv_head, chunk, keys);
+        let start = chunk * CHUNK;
+        let end = min(start + CHUNK, keys.visible);
+        for (var g = 0u; g < G; g = g + 1u) {
+            m[g] = NEG_BIG;
+            l[g] = 0.0;
+            for (var i = 0u; i < D4; i = i + 1u) {
+                sums[g][i] = vec4<f32>(0.0);
+            }
+        }
+        for (var j = start; j < end; j = j + 1u) {
+            let kb = keys.base / 4u + (j * p.n_kv_heads + kv_head) * D4;
+            for (var g = 0u; g < G; g = g + 1u) {
+                dot[g] = 0.0;
+            }
+            for (var i = 0u; i < D4; i = i + 1u) {
+                let kv = k_cache[kb + i];
+                for (var g = 0u; g < G; g = g + 1u) {
+                    var d = dot[g];
+                    d = fma(q_group[g][i].x, kv.x, d);
+                    d = fma(q_group[g][i].y, kv.y, d);
+                    d = fma(q_group[g][i].z, kv.z, d);
+                    d = fma(q_group[g][i].w, kv.w, d);
+                    dot[g] = d;
+                }
+            }
+            for (var g = 0u; g < G; g = g + 1u) {
+                let score = dot[g] * p.scale;
+                scores[g][j - start] = score;
+                m[g] = max(m[g], score);
+            }
+        }
+        for (var j = start; j < end; j = j + 1u) {
+            let vb = keys.base / 4u + (j * p.n_kv_heads + kv_head) * D4;
+            for (var g = 0u; g < G; g = g + 1u) {
+                e[g] = exp(scores[g][j - start] - m[g]);
+                l[g] = l[g] + e[g];
+            }
+            for (var i = 0u; i < D4; i = i + 1u) {
+                let v = v_cache[vb + i];
+                for (var g = 0u; g < G; g = g + 1u) {
+                    sums[g][i] = fma(vec4<f32>(e[g]), v, sums[g][i]);
+                }
+            }
+        }
+        for (var g = 0u; g < G; g = g + 1u) {
+            let t = (row * p.n_heads + kv_head * G + g) * p.n_chunks + chunk;
+            for (var i = 0u; i < D4; i = i + 1u) {
+                part[t * D4 + i] = sums[g][i];
+            }
+            stats[t] = vec2<f32>(m[g], l[g]);
+        }
     }
     // The combine pass's merge for each head, four channels at a time, in chunk order.
     for (var g = 0u; g < G; g = g + 1u) {
@@ -418,15 +419,15 @@ fn fused(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         let ob = p.out_offset + row * p.out_stride + head * p.head_dim;
         for (var i = 0u; i < D4; i = i + 1u) {
-            var l = 0.0;
+            var lsum = 0.0;
             var o = vec4<f32>(0.0);
             for (var c = 0u; c < n_used; c = c + 1u) {
                 let st = stats[sb + c];
                 let f = exp(st.x - m_all);
-                l = fma(st.y, f, l);
+                lsum = fma(st.y, f, lsum);
                 o = fma(part[(sb + c) * D4 + i], vec4<f32>(f), o);
             }
-            let r = o / l;
+            let r = o / lsum;
             out[ob + 4u * i] = r.x;
             out[ob + 4u * i + 1u] = r.y;
             out[ob + 4u * i + 2u] = r.z;
