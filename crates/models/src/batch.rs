@@ -163,8 +163,10 @@ impl Qwen3Model {
             kernels::embedding(step, &self.embed, &state.slots[s.slot].ids, s.pos0, &x.skip(off), s.n_rows)?;
         }
         let dims = self.layer_dims();
+        // The same for every layer: which segments share a pool, in the kernels' terms.
+        let runs = pool_runs(state, segments, &offsets);
         for (li, layer) in self.layers.iter().enumerate() {
-            record_layer(step, layer, state, li, &dims, segments, &offsets, total)?;
+            record_layer(step, layer, state, li, &dims, segments, &offsets, &runs, total)?;
             if let Some(cap) = capture {
                 if let Some(slot) = cap.layers.iter().position(|&c| c == li) {
                     let width = cap.layers.len() as u32 * h;
@@ -228,7 +230,17 @@ impl Qwen3Model {
 
 /// One decoder layer over every row of the pass: shared matmuls, per-segment RoPE and attention.
 #[allow(clippy::too_many_arguments)]
-fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d: &LayerDims, segments: &[Segment], offsets: &[u32], total: u32) -> Result<()> {
+fn record_layer(
+    step: &mut Step,
+    l: &LayerWeights,
+    st: &BatchState,
+    li: usize,
+    d: &LayerDims,
+    segments: &[Segment],
+    offsets: &[u32],
+    runs: &[PoolRun],
+    total: u32,
+) -> Result<()> {
     let sh = d.attention;
     let (h, qw, kvw) = (d.hidden, sh.n_heads * sh.head_dim, sh.n_kv_heads * sh.head_dim);
     let x = Rows::new(&st.x, 0, h);
@@ -242,11 +254,11 @@ fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d
             kernels::matmul_normed(step, m, &norm, &x, &qkv_rows, total, Epilogue::Store)?;
             step.set_label(&format!("layer {li} q/k norm + rope"));
             let norms = l.q_norm.as_ref().zip(l.k_norm.as_ref());
-            for run in pool_runs(st, segments) {
-                let slot = &st.slots[segments[run.start].slot];
-                let (qkv, q) = (qkv_rows.skip(offsets[run.start]), q_rows.skip(offsets[run.start]));
+            for run in runs {
+                let slot = &st.slots[run.slot];
+                let (qkv, q) = (qkv_rows.skip(run.first_row), q_rows.skip(run.first_row));
                 let io = QkvRope { qkv: &qkv, q: &q, k_cache: &slot.k_cache[li], v_cache: &slot.v_cache[li], norms, rope_table: &st.rope };
-                kernels::qkv_rope_segments(step, &io, sh, &kv_segments(st, &segments[run.clone()], &offsets[run]), d.eps)?;
+                kernels::qkv_rope_segments(step, &io, sh, &run.segments, d.eps)?;
             }
         }
         QkvWeights::Separate { q, k, v } => {
@@ -270,12 +282,11 @@ fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d
     }
     step.set_label(&format!("layer {li} attention"));
     let att = Rows::new(&st.att, 0, qw);
-    for run in pool_runs(st, segments) {
-        let slot = &st.slots[segments[run.start].slot];
-        let first = offsets[run.start];
+    for run in runs {
+        let slot = &st.slots[run.slot];
         // Causal, exactly as the single-sequence forward: row r sees its sequence's keys [0, pos0 + r].
-        let segs = kv_segments(st, &segments[run.clone()], &offsets[run]);
-        kernels::attention_segments(step, sh, &q_rows.skip(first), &slot.k_cache[li], &slot.v_cache[li], &att.skip(first), &st.scratch, &segs)?;
+        let (q, out) = (q_rows.skip(run.first_row), att.skip(run.first_row));
+        kernels::attention_segments(step, sh, &q, &slot.k_cache[li], &slot.v_cache[li], &out, &st.scratch, &run.segments)?;
     }
     step.set_label(&format!("layer {li} o_proj + residual"));
     kernels::matmul(step, &l.o, &att, &x, total, Epilogue::Accumulate)?;
@@ -287,26 +298,27 @@ fn record_layer(step: &mut Step, l: &LayerWeights, st: &BatchState, li: usize, d
     Ok(())
 }
 
-/// Runs of consecutive segments whose slots share a KV pool (one run unless the pool was split).
-fn pool_runs(st: &BatchState, segments: &[Segment]) -> Vec<std::ops::Range<usize>> {
-    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
-    for (i, s) in segments.iter().enumerate() {
-        let pool = &st.slots[s.slot].k_cache[0];
-        match runs.last_mut() {
-            Some(run) if Arc::ptr_eq(&st.slots[segments[run.start].slot].k_cache[0], pool) => run.end = i + 1,
-            _ => runs.push(i..i + 1),
-        }
-    }
-    runs
+/// Consecutive segments whose slots share one KV pool: what one `qkv_rope_segments` /
+/// `attention_segments` call covers.
+struct PoolRun {
+    /// A slot of the pool (every segment's slot shares its buffers).
+    slot: usize,
+    /// The pass row where the run starts.
+    first_row: u32,
+    /// Its segments, rows counted from `first_row`.
+    segments: Vec<KvSegment>,
 }
 
-/// The kernels' view of a run of segments: rows from the run's first row on, each sequence's
-/// position and where its cache starts in the pool.
-fn kv_segments(st: &BatchState, segments: &[Segment], offsets: &[u32]) -> Vec<KvSegment> {
-    let first = offsets.first().copied().unwrap_or(0);
-    segments
-        .iter()
-        .zip(offsets)
-        .map(|(s, &off)| KvSegment { first_row: off - first, n_rows: s.n_rows, pos0: s.pos0, kv_base: st.slots[s.slot].kv_base })
-        .collect()
+/// The pass's runs of segments by KV pool (one run unless the pool was split).
+fn pool_runs(st: &BatchState, segments: &[Segment], offsets: &[u32]) -> Vec<PoolRun> {
+    let mut runs: Vec<PoolRun> = Vec::new();
+    for (s, &off) in segments.iter().zip(offsets) {
+        let same_pool = runs.last().is_some_and(|r| Arc::ptr_eq(&st.slots[r.slot].k_cache[0], &st.slots[s.slot].k_cache[0]));
+        if !same_pool {
+            runs.push(PoolRun { slot: s.slot, first_row: off, segments: Vec::new() });
+        }
+        let run = runs.last_mut().expect("a run was just pushed");
+        run.segments.push(KvSegment { first_row: off - run.first_row, n_rows: s.n_rows, pos0: s.pos0, kv_base: st.slots[s.slot].kv_base });
+    }
+    runs
 }
