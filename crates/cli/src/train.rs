@@ -130,6 +130,10 @@ struct DrafterArgs {
     /// Start the draft layers from random weights instead of the target's.
     #[arg(long)]
     no_target_init: bool,
+    /// Train on target features divided by their column RMS (folded into `fc` at export, so the
+    /// checkpoint is unchanged in format): residual streams mix columns of RMS 1 and 1400.
+    #[arg(long)]
+    scale_features: bool,
     /// cpu (burn's Flex backend) or wgpu (needs a build with the `wgpu` feature).
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -316,6 +320,7 @@ fn drafter(a: DrafterArgs) -> Result<(), CliError> {
         sampled_candidates: a.sampled_candidates,
         eval_seqs: a.eval_seqs,
         eval_every: a.eval_every,
+        scale_features: a.scale_features,
         ..TrainOptions::default()
     };
     let pb = bar(a.steps as u64, "[{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})");

@@ -3,6 +3,7 @@
 //! The config is parsed back with the engine's own `DrafterConfig` parser before anything is written.
 
 use crate::error::{format_error, io, Result, TrainError};
+use crate::feature_scale::fold_into_fc;
 use crate::model::DrafterNet;
 use crate::weights::net_tensors;
 use domino_models::drafter::{DrafterConfig, DrafterKind};
@@ -58,11 +59,20 @@ pub fn validate(cfg: &DrafterConfig, target: &Qwen3Config) -> Result<DrafterConf
 }
 
 /// Write `dir`/config.json and `dir`/model.safetensors (each through a temporary file and a rename,
-/// so a reader never sees half a checkpoint).
-pub fn export(dir: &Path, net: &DrafterNet, cfg: &DrafterConfig, target: &Qwen3Config) -> Result<()> {
+/// so a reader never sees half a checkpoint). `fc_multipliers`: the feature scale the module was
+/// trained with ([`crate::feature_scale`]), folded into `fc` so the checkpoint reads raw features.
+pub fn export(dir: &Path, net: &DrafterNet, cfg: &DrafterConfig, target: &Qwen3Config, fc_multipliers: Option<&[f32]>) -> Result<()> {
     validate(cfg, target)?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let tensors = net_tensors(net, cfg, target)?;
+    let mut tensors = net_tensors(net, cfg, target)?;
+    if let Some(m) = fc_multipliers {
+        for (name, _, v) in tensors.iter_mut().filter(|(name, _, _)| name == "fc.weight") {
+            if v.len() % m.len() != 0 {
+                return Err(TrainError::Invalid(format!("{name} has {} values, not a multiple of the {} feature columns", v.len(), m.len())));
+            }
+            fold_into_fc(v, m);
+        }
+    }
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
         tensors.into_iter().map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
     let path = dir.join("model.safetensors");

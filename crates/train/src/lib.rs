@@ -11,6 +11,7 @@ pub mod distill;
 pub mod draft;
 pub mod error;
 pub mod export;
+pub mod feature_scale;
 pub mod loss;
 pub mod model;
 pub mod rng;

@@ -14,6 +14,7 @@
 use crate::data::{read_all, Sequence};
 use crate::error::{format_error, io, Result, TrainError};
 use crate::export::{export, validate, write_atomic};
+use crate::feature_scale::{column_multipliers, scale_sequence};
 use crate::loss::{most_frequent, Candidates, EvalStats, LossKind};
 use crate::model::{nll, Dims, DrafterNet, Target};
 use crate::rng::Rng;
@@ -75,6 +76,10 @@ pub struct TrainOptions {
     /// run's identity: a resumed run may change it.
     #[serde(default)]
     pub eval_every: usize,
+    /// Train on features divided by their column RMS, folded into `fc` at export
+    /// ([`crate::feature_scale`]); absent in states saved before it existed: off.
+    #[serde(default)]
+    pub scale_features: bool,
 }
 
 fn default_frequent() -> usize {
@@ -119,6 +124,7 @@ impl Default for TrainOptions {
             sampled_candidates: default_negatives(),
             eval_seqs: 0,
             eval_every: 0,
+            scale_features: false,
         }
     }
 }
@@ -324,7 +330,7 @@ pub fn train(
     if !(opts.lr > 0.0) || !(0.0..=1.0).contains(&opts.decay_ratio) || !(0.0..=1.0).contains(&opts.warmup_ratio) {
         return Err(TrainError::Invalid("--lr must be positive; --decay-ratio and --warmup-ratio must lie in [0, 1]".into()));
     }
-    let (meta, seqs) = read_all(data_dir)?;
+    let (meta, mut seqs) = read_all(data_dir)?;
     if meta.hidden_size != target_cfg.hidden_size || meta.num_target_layers != target_cfg.num_layers || meta.vocab_size != target_cfg.vocab_size {
         return Err(format_error(
             &data_dir.join("meta.json"),
@@ -344,21 +350,30 @@ pub fn train(
     let cfg = drafter_config(opts, target_cfg, ids)?;
     let dims = Dims::new(&cfg, target_cfg);
     let shift = usize::from(cfg.shift_label);
-    let mut usable: Vec<&Sequence> = seqs
-        .iter()
-        .filter(|s| {
-            let (lo, hi) = anchor_range(s, cfg.block_size, shift);
+    let usable_ids: Vec<usize> = (0..seqs.len())
+        .filter(|&i| {
+            let (lo, hi) = anchor_range(&seqs[i], cfg.block_size, shift);
             lo < hi
         })
         .collect();
-    if opts.eval_seqs > 0 && opts.eval_seqs >= usable.len() {
+    if opts.eval_seqs > 0 && opts.eval_seqs >= usable_ids.len() {
         return Err(TrainError::Invalid(format!(
             "--eval-seqs {} would hold out all of the {} usable sequences in {}",
             opts.eval_seqs,
-            usable.len(),
+            usable_ids.len(),
             data_dir.display()
         )));
     }
+    let width = meta.feature_width();
+    // The scale comes from the training sequences only; the held-out ones are scaled by it too.
+    let multipliers = opts.scale_features.then(|| {
+        let train_seqs: Vec<&Sequence> = usable_ids[..usable_ids.len().saturating_sub(opts.eval_seqs)].iter().map(|&i| &seqs[i]).collect();
+        column_multipliers(&train_seqs, width)
+    });
+    if let Some(m) = &multipliers {
+        seqs.iter_mut().for_each(|s| scale_sequence(s, m));
+    }
+    let mut usable: Vec<&Sequence> = usable_ids.iter().map(|&i| &seqs[i]).collect();
     let held_out: Vec<&Sequence> = usable.split_off(usable.len() - opts.eval_seqs);
     if usable.is_empty() {
         return Err(TrainError::Invalid(format!(
@@ -394,7 +409,6 @@ pub fn train(
         rng.state = st.rng;
     }
     let warmup = (opts.warmup_ratio * opts.steps as f64).round() as usize;
-    let width = meta.feature_width();
     let mut last = StepStats::default();
     let end = stop_after.map_or(opts.steps, |n| (start + n).min(opts.steps));
     let eval = |net: &DrafterNet| (!held_out.is_empty()).then(|| evaluate(net, &dims, &target, &held_out, width, opts.anchors, device));
@@ -450,11 +464,11 @@ pub fn train(
         on_step(&last);
         if (step + 1) % opts.save_every == 0 || step + 1 == end {
             save(&state_dir, &net, &optim, step + 1, &rng, opts)?;
-            export(out, &net, &cfg, target_cfg)?;
+            export(out, &net, &cfg, target_cfg, multipliers.as_deref())?;
         }
     }
     if start >= opts.steps {
-        export(out, &net, &cfg, target_cfg)?;
+        export(out, &net, &cfg, target_cfg, multipliers.as_deref())?;
     }
     Ok(TrainSummary { resumed_from: start, steps: end, last, init, config: cfg, initial_eval })
 }

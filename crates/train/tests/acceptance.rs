@@ -79,7 +79,7 @@ fn a_short_cpu_training_run_gives_mean_acceptance_above_1_5() {
     let untrained = dir.path().join("untrained");
     let cfg = drafter_config(&opts, &t.config, vec![0, 1]).unwrap();
     let (w, _) = init_weights(&cfg, &t.config, Some(&t.ckpt), opts.seed).unwrap();
-    domino_train::export::export(&untrained, &build_net(&cfg, w, &cpu_device()).unwrap(), &cfg, &t.config).unwrap();
+    domino_train::export::export(&untrained, &build_net(&cfg, w, &cpu_device()).unwrap(), &cfg, &t.config, None).unwrap();
 
     let held_out = prompts(99, 6);
     let before = mean_acceptance(&target, &untrained, &held_out);

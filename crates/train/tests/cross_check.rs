@@ -35,7 +35,7 @@ fn check(domino: bool) {
     let device = cpu_device();
     let net = build_net(&cfg, w, &device).unwrap();
     let out = dir.path().join("drafter");
-    domino_train::export::export(&out, &net, &cfg, &t.config).unwrap();
+    domino_train::export::export(&out, &net, &cfg, &t.config, None).unwrap();
 
     // The engine reads the export back with its own parser and loader.
     let ecfg = DrafterConfig::from_file(&out.join("config.json")).unwrap();

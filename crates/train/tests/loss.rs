@@ -207,14 +207,15 @@ fn a_sampled_run_resumes_and_old_states_load() {
     let e = train(&t.config, &t.ckpt, &data, &b, &other, &device, None, &mut |_| {}).unwrap_err().to_string();
     assert!(e.contains("other options"), "{e}");
 
-    // A state saved before the loss / eval options existed resumes as the full loss without eval.
+    // A state saved before the loss / eval / feature-scale options existed resumes as the full loss
+    // without eval or scaling.
     let old = TrainOptions { layers: 1, block_size: 4, emb_dim: 16, gru_hidden: 16, steps: 12, lr: 3e-3, batch: 2, anchors: 8, save_every: 5, ..TrainOptions::default() };
     let c = dir.path().join("c");
     train(&t.config, &t.ckpt, &data, &c, &old, &device, Some(5), &mut |_| {}).unwrap();
     let state = c.join("train-state/state.json");
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
     let o = v["options"].as_object_mut().unwrap();
-    for k in ["loss", "frequent_candidates", "sampled_candidates", "eval_seqs", "eval_every"] {
+    for k in ["loss", "frequent_candidates", "sampled_candidates", "eval_seqs", "eval_every", "scale_features"] {
         assert!(o.remove(k).is_some(), "{k} is saved");
     }
     std::fs::write(&state, serde_json::to_vec(&v).unwrap()).unwrap();
