@@ -1,28 +1,30 @@
 #!/usr/bin/env bash
-# Trains a SmolLM2 drafter on >= 150k self-distilled tokens in one command (the recipe of issue 14; the
-# drafter shipped in drafters/ is still the earlier 14k-token one: this recipe's result accepted only
-# slightly more, see docs/training.md), on the 2-core build machine (about 1.5 hours: data ~40 min, training ~35 min):
+# Trains the SmolLM2 drafter shipped in drafters/smollm2-135m-instruct-domino on 153k self-distilled
+# tokens, in one command (the recipe of issue 14), on the 2-core build machine (about an hour:
+# data ~20 min, training ~45 min; see docs/training.md):
 #
-#   bash scripts/train-smollm2-drafter.sh [OUT_DIR]     # default OUT_DIR: drafters/smollm2-135m-instruct-domino-150k
+#   bash scripts/train-smollm2-drafter.sh [OUT_DIR]     # default OUT_DIR: drafters/smollm2-135m-instruct-domino
 #
 # 1. prompts: 800 function signatures + docstrings of the Python standard library and 192 chat
 #    requests (greetings, general questions, requests about other stdlib functions), from
 #    scripts/drafter-prompts.py; NOT HumanEval, which evaluates the drafter,
 # 2. `domino train data --device cpu`: SmolLM2-135M-Instruct's own greedy continuations (up to 192
-#    tokens each; >= 150k tokens in all) and its features at target layers 1, 8, 14, 20, 27, from the
+#    tokens each; 153,008 tokens in all) and its features at target layers 1, 8, 14, 20, 27, from the
 #    native CPU forward of the same Q4_1 weights (docs/training.md: the same text as the engine),
-# 3. `domino train drafter --loss sampled`: burn on the CPU, base-anchored curriculum (spec §6), one
-#    draft layer initialised from the target's last layer, block 8, Domino head (emb 64, GRU 128),
-#    the sampled softmax (1024 frequent + 1024 sampled candidates), 32 sequences held out.
+# 3. `domino train drafter --loss sampled --scale-features`: burn on the CPU, base-anchored
+#    curriculum (spec §6), one draft layer initialised from the target's last layer, block 8,
+#    Domino head (emb 64, GRU 128), the sampled softmax (1024 frequent + 1024 sampled candidates),
+#    features divided by their column RMS while training (folded into fc at export), 1600 steps of
+#    8 sequences x 32 anchors, 32 sequences held out.
 # Both steps resume where they stopped when the command is run again (work files in $WORK).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-out="${1:-drafters/smollm2-135m-instruct-domino-150k}"
+out="${1:-drafters/smollm2-135m-instruct-domino}"
 cache="${DOMINO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/domino}"
 work="${WORK:-$cache/smollm2-drafter-work3}"
-steps="${STEPS:-600}"
+steps="${STEPS:-1600}"
 stop_after="${STOP_AFTER:-$steps}"
 mkdir -p "$work"
 
@@ -33,11 +35,11 @@ domino="$root/target/release/domino"
 python3 scripts/drafter-prompts.py --count 800 --chat-count 192 --out "$work/prompts.jsonl"
 "$domino" train data --prompts "$work/prompts.jsonl" --out "$work/data" --max-new-tokens 192 \
     --shard-size 32 --batch 32 --device cpu
-"$domino" train drafter --data "$work/data" --out "$work/drafter" --layers 1 --block-size 8 \
+"$domino" train drafter --data "$work/data" --out "$work/drafter-scaled" --layers 1 --block-size 8 \
     --emb-dim 64 --gru-hidden 128 --steps "$steps" --batch 8 --anchors 32 --lr 6e-4 --decay-ratio 0.5 \
-    --loss sampled --eval-seqs 32 --eval-every 300 --save-every 100 --seed 0 --stop-after "$stop_after"
+    --loss sampled --scale-features --eval-seqs 32 --eval-every 300 --save-every 100 --seed 0 --stop-after "$stop_after"
 mkdir -p "$out"
-cp "$work/drafter/config.json" "$out/"
+cp "$work/drafter-scaled/config.json" "$out/"
 # f16 on disk: half the size, the same GPU weights (the engine stores drafters as f16 by default).
-python3 scripts/safetensors-f16.py "$work/drafter/model.safetensors" "$out/model.safetensors"
+python3 scripts/safetensors-f16.py "$work/drafter-scaled/model.safetensors" "$out/model.safetensors"
 echo "drafter written to $out"
