@@ -59,6 +59,11 @@ pub struct BenchArgs {
     /// Override the drafter's block size.
     #[arg(long, requires = "draft")]
     pub block_size: Option<usize>,
+    /// Token ids a draft may be: auto (the first 8192 of a large vocabulary, a frequency
+    /// shortlist that makes the draft's lm_head ~6x cheaper), full, or the first N (a multiple of
+    /// 128). Output is unchanged; only acceptance and draft cost move.
+    #[arg(long, default_value = "auto", value_parser = domino_models::drafter_gpu::DraftVocab::parse, requires = "draft")]
+    pub draft_vocab: domino_models::drafter_gpu::DraftVocab,
     /// Measure the draft / verify / head time split (one extra run per prompt, with syncs) on the
     /// first N prompts only (default: every prompt). Large prompt sets, such as the 164 HumanEval
     /// prompts, need far less time with a small N.
@@ -151,7 +156,7 @@ fn bench_adapter(
     let drafter = match &args.draft {
         Some(draft) => {
             bar.set_message(format!("{label}: loading drafter"));
-            Some(crate::load::load_drafter(model, draft, args.block_size, drafter_format(format))?)
+            Some(crate::load::load_drafter(model, draft, args.block_size, args.draft_vocab.tokens(model.config.vocab_size, loaded.tokenizer.as_ref().is_some_and(|t| t.is_bpe())), drafter_format(format))?)
         }
         None => None,
     };
@@ -166,10 +171,9 @@ fn bench_adapter(
         copy_bytes: 256u64 << 20,
     };
     // --draft-len auto: round costs calibrated once per (model, drafter, adapter, ...) and cached on disk.
-    let block_size = drafter.as_ref().map_or(0, |d| d.config.block_size);
     let mut round_costs = |spec: &mut domino_runtime::SpeculativeSession<'_>, use_head: bool| -> Result<_, CliError> {
         let draft = args.draft.as_deref().unwrap_or_default();
-        let key = crate::calibration::CalibrationKey::new(&gpu, dir, Path::new(draft), block_size, use_head, &args.dtype);
+        let key = crate::calibration::CalibrationKey::new(&gpu, dir, Path::new(draft), spec.drafter(), use_head, &args.dtype);
         Ok(Some(crate::calibration::round_costs(spec, &key, true)?))
     };
     let mut progress = |p: BenchProgress| match p {

@@ -1,11 +1,13 @@
 //! The adaptive draft length's round costs, calibrated once per (model, drafter, adapter, kernel
 //! variant) and cached on disk as `<cache dir>/calibration/<hash>.json`, so later runs start with them
-//! (and a seed reproduces its sampled output across runs).
+//! (and a seed reproduces its sampled output across runs). The same file keeps the drafter's
+//! acceptance counts over earlier greedy runs, the prior a run's schedule starts from.
 
 use crate::model_dir::cache_dir;
 use crate::CliError;
 use domino_engine::Gpu;
-use domino_runtime::{RoundCosts, SpeculativeSession};
+use domino_models::drafter_gpu::DrafterModel;
+use domino_runtime::{AcceptanceCounts, RoundCosts, SpeculativeSession};
 use serde::{Deserialize, Serialize};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -16,6 +18,9 @@ pub struct CalibrationKey {
     pub model: String,
     pub drafter: String,
     pub block_size: usize,
+    /// Token ids a draft may be (`--draft-vocab`): the draft's lm_head cost follows it.
+    #[serde(default)]
+    pub draft_vocab: usize,
     pub use_head: bool,
     pub dtype: String,
     pub adapter: String,
@@ -27,12 +32,13 @@ pub struct CalibrationKey {
 }
 
 impl CalibrationKey {
-    pub fn new(gpu: &Gpu, model: &Path, drafter: &Path, block_size: usize, use_head: bool, dtype: &str) -> Self {
+    pub fn new(gpu: &Gpu, model: &Path, drafter_dir: &Path, drafter: &DrafterModel, use_head: bool, dtype: &str) -> Self {
         let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
         Self {
             model: canonical(model),
-            drafter: canonical(drafter),
-            block_size,
+            drafter: canonical(drafter_dir),
+            block_size: drafter.config.block_size,
+            draft_vocab: drafter.draft_vocab(),
             use_head,
             dtype: dtype.to_string(),
             adapter: gpu.info.name.clone(),
@@ -60,31 +66,57 @@ fn caps_key(caps: &domino_engine::Caps) -> String {
 struct CalibrationFile {
     key: CalibrationKey,
     costs: RoundCosts,
+    /// Acceptance counts of earlier greedy runs (absent until a run saves them).
+    #[serde(default)]
+    acceptance: Option<AcceptanceCounts>,
+}
+
+fn read_file(key: &CalibrationKey) -> Option<CalibrationFile> {
+    let bytes = std::fs::read(key.path()).ok()?;
+    serde_json::from_slice::<CalibrationFile>(&bytes).ok().filter(|f| &f.key == key)
+}
+
+/// Write then rename, so a concurrent run never reads half a file. A cache that cannot be written
+/// only costs the next run a calibration (or its prior).
+fn write_file(path: &Path, file: &CalibrationFile) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Ok(json) = serde_json::to_vec_pretty(file) {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, json).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+    }
+}
+
+/// Give `session` the acceptance counts cached for `key` (from earlier greedy runs), if any.
+pub fn load_acceptance(session: &mut SpeculativeSession, key: &CalibrationKey) {
+    if let Some(counts) = read_file(key).and_then(|f| f.acceptance) {
+        session.set_acceptance_history(key.use_head, counts);
+    }
+}
+
+/// Cache the session's acceptance counts for `key` beside its costs (nothing without a calibration).
+pub fn save_acceptance(session: &SpeculativeSession, key: &CalibrationKey) {
+    if let Some(mut file) = read_file(key) {
+        file.acceptance = Some(session.acceptance_history(key.use_head).clone());
+        write_file(&key.path(), &file);
+    }
 }
 
 /// The cached costs for `key`, or a fresh calibration of `session` (written to the cache; a cache
 /// that cannot be written only costs the next run a calibration).
 pub fn round_costs(session: &mut SpeculativeSession, key: &CalibrationKey, quiet: bool) -> Result<RoundCosts, CliError> {
     let path = key.path();
-    let cached = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<CalibrationFile>(&b).ok());
-    if let Some(file) = cached.filter(|f| &f.key == key && f.costs.max_k() == session.max_draft_len() && f.costs.seconds.iter().all(|s| s.is_finite() && *s > 0.0)) {
+    if let Some(file) = read_file(key).filter(|f| f.costs.max_k() == session.max_draft_len() && f.costs.seconds.iter().all(|s| s.is_finite() && *s > 0.0)) {
         return Ok(file.costs);
     }
     if !quiet {
         eprintln!("calibrating draft lengths on {} (once per model, drafter and adapter; cached in {})", key.adapter, path.display());
     }
     let costs = pollster::block_on(session.calibrate(domino_runtime::speculative::CALIBRATION_REPS, key.use_head))?;
-    let file = CalibrationFile { key: key.clone(), costs: costs.clone() };
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    if let Ok(json) = serde_json::to_vec_pretty(&file) {
-        // Write then rename, so a concurrent run never reads half a file.
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, json).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
+    write_file(&path, &CalibrationFile { key: key.clone(), costs: costs.clone(), acceptance: None });
     Ok(costs)
 }
 

@@ -44,6 +44,11 @@ pub struct ChatArgs {
     /// Override the drafter's block size.
     #[arg(long, requires = "draft")]
     pub block_size: Option<usize>,
+    /// Token ids a draft may be: auto (the first 8192 of a large vocabulary, a frequency
+    /// shortlist that makes the draft's lm_head ~6x cheaper), full, or the first N (a multiple of
+    /// 128). Output is unchanged; only acceptance and draft cost move.
+    #[arg(long, default_value = "auto", value_parser = domino_models::drafter_gpu::DraftVocab::parse, requires = "draft")]
+    pub draft_vocab: domino_models::drafter_gpu::DraftVocab,
     /// Drafts verified per round: auto or a fixed number (as `generate`).
     #[arg(long, default_value = "auto", value_parser = DraftLen::parse)]
     pub draft_len: DraftLen,
@@ -73,7 +78,7 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
         session.set_prefix_reuse(true);
     }
     let drafter = match &args.draft {
-        Some(d) => Some(load_drafter(&loaded.model, d, args.block_size, drafter_format(dtype))?),
+        Some(d) => Some(load_drafter(&loaded.model, d, args.block_size, args.draft_vocab.tokens(loaded.model.config.vocab_size, tok.is_bpe()), drafter_format(dtype))?),
         None => None,
     };
     let mut spec = None;
@@ -81,8 +86,11 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
         let mut session = SpeculativeSession::new(&loaded.model, drafter, context)?;
         let costs = match args.draft_len {
             DraftLen::Auto => {
-                let key = CalibrationKey::new(&loaded.model.gpu, &dir, Path::new(draft), drafter.config.block_size, true, &args.device.dtype);
-                Some(calibration::round_costs(&mut session, &key, false)?)
+                let key = CalibrationKey::new(&loaded.model.gpu, &dir, Path::new(draft), drafter, true, &args.device.dtype);
+                let costs = calibration::round_costs(&mut session, &key, false)?;
+                // Earlier greedy runs' acceptance starts the schedule; later turns add this one's.
+                calibration::load_acceptance(&mut session, &key);
+                Some(costs)
             }
             DraftLen::Fixed(_) => None,
         };

@@ -52,6 +52,11 @@ pub struct GenerateArgs {
     /// Override the drafter's block size.
     #[arg(long, requires = "draft")]
     pub block_size: Option<usize>,
+    /// Token ids a draft may be: auto (the first 8192 of a large vocabulary, a frequency
+    /// shortlist that makes the draft's lm_head ~6x cheaper), full, or the first N (a multiple of
+    /// 128). Output is unchanged; only acceptance and draft cost move.
+    #[arg(long, default_value = "auto", value_parser = domino_models::drafter_gpu::DraftVocab::parse, requires = "draft")]
+    pub draft_vocab: domino_models::drafter_gpu::DraftVocab,
     /// Run a Domino drafter as its DFlash-style backbone only (ablation).
     #[arg(long, requires = "draft")]
     pub no_head: bool,
@@ -126,19 +131,25 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             (pollster::block_on(session.generate(&prompt_ids, &opts, &mut on_token))?, None)
         }
         Some(draft) => {
-            let drafter = load_drafter(&loaded.model, draft, args.block_size, drafter_format(format))?;
+            let drafter = load_drafter(&loaded.model, draft, args.block_size, args.draft_vocab.tokens(loaded.model.config.vocab_size, loaded.tokenizer.as_ref().is_some_and(|t| t.is_bpe())), drafter_format(format))?;
             let mut session = SpeculativeSession::new(&loaded.model, &drafter, capacity)?;
             session.validate(&prompt_ids, args.max_tokens)?;
             let use_head = !args.no_head;
+            // auto: the cached costs, and the acceptance of earlier greedy runs as the prior.
+            let key = CalibrationKey::new(&loaded.model.gpu, &dir, Path::new(draft), &drafter, use_head, &args.device.dtype);
             let costs = match args.draft_len {
                 DraftLen::Auto => {
-                    let key = CalibrationKey::new(&loaded.model.gpu, &dir, Path::new(draft), drafter.config.block_size, use_head, &args.device.dtype);
-                    Some(calibration::round_costs(&mut session, &key, args.json)?)
+                    let costs = calibration::round_costs(&mut session, &key, args.json)?;
+                    calibration::load_acceptance(&mut session, &key);
+                    Some(costs)
                 }
                 DraftLen::Fixed(_) => None,
             };
             let spec = SpeculativeOptions { use_head, timing: true, draft_len: args.draft_len, costs, refine_costs: true };
             let (g, s) = pollster::block_on(session.generate(&prompt_ids, &opts, &spec, &mut on_token))?;
+            if args.draft_len == DraftLen::Auto && opts.sampling.is_greedy() {
+                calibration::save_acceptance(&session, &key);
+            }
             (g, Some(s))
         }
     };

@@ -163,12 +163,16 @@ pub fn upload_model(gpu: Arc<Gpu>, files: ModelFiles, dtype: DTypeChoice, quiet:
 }
 
 /// Load a DFlash / Domino drafter folder for `target`, optionally with another block size.
-pub fn load_drafter(target: &Qwen3Model, dir: &str, block_size: Option<usize>, format: WeightFormat) -> Result<DrafterModel, CliError> {
+/// `draft_vocab`: the shortlist of token ids drafts come from (`DraftVocab::tokens`; None: all).
+pub fn load_drafter(target: &Qwen3Model, dir: &str, block_size: Option<usize>, draft_vocab: Option<usize>, format: WeightFormat) -> Result<DrafterModel, CliError> {
     let dir = Path::new(dir);
     let mut config = DrafterConfig::from_file(&dir.join("config.json"))?;
     if let Some(b) = block_size {
         config.block_size = b;
     }
     let ckpt = Checkpoint::open(dir)?;
-    Ok(DrafterModel::load(config, &ckpt, target, format)?)
+    let mut drafter = DrafterModel::load(config, &ckpt, target, format)?;
+    drafter.set_draft_vocab(target, draft_vocab)?;
+    Ok(drafter)
 }
+

@@ -217,6 +217,23 @@ impl Matrix {
         self.chunks.iter().map(|c| c.storage.bytes()).sum()
     }
 
+    /// The same weights restricted to their first `n` outputs, without a copy: chunks past `n` are
+    /// dropped and the last one kept is trimmed (every kernel bounds its outputs by a chunk's `cols`
+    /// and strides by its `wcols`). `n` must be a multiple of `TEXTURE_GROUP_COLS`, so no 16-column
+    /// block or texture group is cut, and at most `self.n`.
+    pub fn leading_outputs(&self, n: usize) -> Option<Matrix> {
+        if n == 0 || n > self.n || n % TEXTURE_GROUP_COLS != 0 {
+            return None;
+        }
+        let chunks = self
+            .chunks
+            .iter()
+            .filter(|c| (c.col0 as usize) < n)
+            .map(|c| MatrixChunk { cols: c.cols.min(n as u32 - c.col0), ..c.clone() })
+            .collect();
+        Some(Matrix { name: format!("{}[:{n}]", self.name), n, chunks, ..self.clone() })
+    }
+
     /// Whether the chunks live in weight textures (kernels pick their TEXTURE variant).
     pub fn on_texture(&self) -> bool {
         matches!(self.chunks.first().map(|c| &c.storage), Some(Resource::Texture(_)))

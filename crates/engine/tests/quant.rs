@@ -164,3 +164,46 @@ fn float_weights_quantize_at_load_like_the_cpu_quantizer() {
         assert!(err.contains("odd") && err.contains("multiple of the block size 32"), "{err}");
     }
 }
+
+/// A matrix's leading outputs (the drafter's shortlist of the lm_head, `Matrix::leading_outputs`)
+/// compute exactly the full matmul's first columns, bit for bit, and leave the rest of each output
+/// row untouched, whole or split across buffers and textures, quantized or not, 1 to 9 rows.
+#[test]
+fn leading_outputs_compute_the_first_columns_alone() {
+    for (name, gpu) in test_gpus() {
+        let mut rng = Rng::new(37);
+        let (k, n) = (64, 700);
+        for t in [Some(QuantType::Q8_0), Some(QuantType::Q4_1), None] {
+            let (bytes, format) = match t {
+                Some(t) => (blocks(t, &mut rng, n, k).0, WeightFormat::Quant(t)),
+                None => (bytemuck::cast_slice(&rng.vec(n * k, 0.5)).to_vec(), WeightFormat::F16),
+            };
+            let dtype = t.map(HostDType::Quant).unwrap_or(HostDType::F32);
+            let host = HostTensor::new("w", dtype, n, k, &bytes).unwrap();
+            let whole = Matrix::upload(&gpu, &host, format, &mut |_| {}).unwrap();
+            // Chunks of 256 columns: the cut falls inside a chunk and on a chunk boundary.
+            let split = Matrix::upload_chunked(&gpu, &host, format, (whole.bytes() / 3).max(1), &mut |_| {}).unwrap();
+            for w in [&whole, &split] {
+                for keep in [128usize, 256, 384, 640] {
+                    let view = w.leading_outputs(keep).unwrap();
+                    for rows in [1usize, 2, 9] {
+                        let x = rng.vec(rows * k, 1.0);
+                        let full = run_matmul(&gpu, w, &x, rows);
+                        let xb = upload(&gpu, &x);
+                        let yb = upload(&gpu, &vec![7.0; rows * n]);
+                        let mut step = Step::new(&gpu);
+                        kernels::matmul(&mut step, &view, &Rows::new(&xb, 0, k as u32), &Rows::new(&yb, 0, n as u32), rows as u32, Epilogue::Store).unwrap();
+                        step.submit().unwrap();
+                        let got = read(&gpu, &yb, rows * n);
+                        for r in 0..rows {
+                            let (g, f) = (&got[r * n..(r + 1) * n], &full[r * n..(r + 1) * n]);
+                            assert!(g[..keep].iter().zip(&f[..keep]).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} {format:?} keep={keep} rows={rows}: row {r}");
+                            assert!(g[keep..].iter().all(|&v| v == 7.0), "{name} {format:?} keep={keep}: wrote past the leading outputs");
+                        }
+                    }
+                }
+                assert!(w.leading_outputs(100).is_none() && w.leading_outputs(768).is_none() && w.leading_outputs(0).is_none());
+            }
+        }
+    }
+}

@@ -32,6 +32,9 @@ pub struct DrafterModel {
     pub layers: Vec<LayerWeights>,
     pub norm: Arc<GpuBuffer>,
     pub head: Option<DominoHead>,
+    /// Tokens a draft may be (`set_draft_vocab`): the first `draft_vocab` ids of the target's
+    /// vocabulary. The full vocabulary unless shortlisted.
+    draft_vocab: usize,
 }
 
 fn mat(gpu: &Gpu, src: &dyn WeightSource, name: &str, n: usize, k: usize, format: WeightFormat) -> Result<Matrix> {
@@ -84,7 +87,40 @@ impl DrafterModel {
             (DrafterKind::Domino, Some(e), Some(g)) => Some(Self::load_head(&gpu, src, &c.head_prefix, h, e, g, target.config.vocab_size, format)?),
             _ => None,
         };
-        Ok(Self { gpu, config, fc, hidden_norm, layers, norm, head })
+        let draft_vocab = target.config.vocab_size;
+        Ok(Self { gpu, config, fc, hidden_norm, layers, norm, head, draft_vocab })
+    }
+
+    /// Draft only among the first `n` token ids of the target's vocabulary (None: all of them).
+    ///
+    /// A byte-level BPE vocabulary is ordered by merge rank, which follows token frequency in the
+    /// tokenizer's corpus, so a prefix of it is a frequency shortlist (FR-Spec, arXiv 2502.14856,
+    /// ranks by counted frequency): the draft's lm_head, the Domino correction and the argmax read
+    /// n rows instead of the whole vocabulary. With SmolLM2 the first 8192 ids cover 90% of greedy
+    /// HumanEval tokens and the lm_head is most of a draft pass on CPU adapters. A token outside the
+    /// shortlist is never drafted and so never accepted early; the target's verify still reads the
+    /// whole vocabulary, so output is unchanged. `n` must be a multiple of 128 (whole weight groups).
+    pub fn set_draft_vocab(&mut self, target: &Qwen3Model, n: Option<usize>) -> Result<()> {
+        let vocab = target.config.vocab_size;
+        let n = n.unwrap_or(vocab);
+        let group = domino_engine::tensor::TEXTURE_GROUP_COLS;
+        if n != vocab && (n == 0 || n > vocab || n % group != 0) {
+            return Err(crate::error::ModelError::DraftVocab { requested: n, group, vocab });
+        }
+        self.draft_vocab = n;
+        Ok(())
+    }
+
+    pub fn draft_vocab(&self) -> usize {
+        self.draft_vocab
+    }
+
+    /// The first `draft_vocab` rows of a vocabulary-sized matrix (the whole matrix without a shortlist).
+    fn shortlisted<'a>(&self, w: &'a Matrix) -> std::borrow::Cow<'a, Matrix> {
+        match w.leading_outputs(self.draft_vocab) {
+            Some(view) if self.draft_vocab < w.n => std::borrow::Cow::Owned(view),
+            _ => std::borrow::Cow::Borrowed(w),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -250,7 +286,7 @@ impl DrafterModel {
         kernels::rmsnorm(step, &self.norm, h, eps, &x, &a, rows)?;
         let v = target.config.vocab_size as u32;
         let logits = Rows::new(&st.logits, 0, v);
-        kernels::matmul(step, target.lm_head(), &a, &logits, rows, Epilogue::Store)?;
+        kernels::matmul(step, &self.shortlisted(target.lm_head()), &a, &logits, rows, Epilogue::Store)?;
         Ok(())
     }
 
@@ -263,11 +299,12 @@ impl DrafterModel {
         let v = target.config.vocab_size as u32;
         let logits = Rows::new(&st.logits, 0, v);
         let greedy = SamplingConfig::greedy();
+        let dv = self.draft_vocab as u32;
         match (&self.head, use_head && c.shift_label) {
             (Some(head), true) => self.record_refinement(step, st, target, head, ids, start, n)?,
             // Shifted labels: slot i drafts the token at start + 1 + i. Otherwise slot 0 is the anchor.
-            _ if c.shift_label => kernels::sample(step, &logits, v, n, ids, start + 1, &greedy, 0)?,
-            _ => kernels::sample(step, &logits.skip(1), v, n, ids, start + 1, &greedy, 0)?,
+            _ if c.shift_label => kernels::sample(step, &logits, dv, n, ids, start + 1, &greedy, 0)?,
+            _ => kernels::sample(step, &logits.skip(1), dv, n, ids, start + 1, &greedy, 0)?,
         }
         Ok(())
     }
@@ -279,6 +316,7 @@ impl DrafterModel {
         let (h, v) = (c.hidden_size as u32, target.config.vocab_size as u32);
         let (e, g) = (head.emb_dim as u32, head.gru_hidden as u32);
         let greedy = SamplingConfig::greedy();
+        let w2 = self.shortlisted(&head.w2);
         kernels::matmul(step, &head.w1_y, &Rows::new(&st.a, 0, h), &Rows::new(&st.zw, 0, e), b, Epilogue::Store)?;
         // s = GRU(embed(token at `pos`), s)
         let gru = |step: &mut Step, pos: u32| -> Result<()> {
@@ -295,9 +333,9 @@ impl DrafterModel {
             if i as usize >= c.pure_draft_prefix_len {
                 kernels::matmul(step, &head.w1_s, &Rows::new(&st.s, 0, g), &Rows::new(&st.zs, 0, e), 1, Epilogue::Store)?;
                 kernels::silu_add(step, &Rows::new(&st.zw, i * e, e), &Rows::new(&st.zs, 0, e), &st.act, e)?;
-                kernels::matmul(step, &head.w2, &Rows::new(&st.act, 0, e), &row, 1, Epilogue::Accumulate)?;
+                kernels::matmul(step, &w2, &Rows::new(&st.act, 0, e), &row, 1, Epilogue::Accumulate)?;
             }
-            kernels::sample(step, &row, v, 1, ids, start + 1 + i, &greedy, 0)?;
+            kernels::sample(step, &row, self.draft_vocab as u32, 1, ids, start + 1 + i, &greedy, 0)?;
             if i + 1 < b {
                 gru(step, start + 1 + i)?;
             }
@@ -339,4 +377,39 @@ pub struct DraftState {
     pub xe: Arc<GpuBuffer>,
     pub capacity: usize,
     pub max_ctx_rows: usize,
+}
+
+/// `--draft-vocab`: which token ids a draft may be. `auto`: the first `AUTO_DRAFT_VOCAB` ids (a
+/// frequency shortlist, `DrafterModel::set_draft_vocab`) where the target's ids are BPE merge ranks
+/// (its tokenizer is BPE) and its vocabulary is at least twice that, else all (a random model's ids
+/// carry no frequency order); `full`: all; N: the first N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DraftVocab {
+    #[default]
+    Auto,
+    Full,
+    First(usize),
+}
+
+/// The shortlist `--draft-vocab auto` keeps.
+pub const AUTO_DRAFT_VOCAB: usize = 8192;
+
+impl DraftVocab {
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "full" => Ok(Self::Full),
+            _ => s.parse().map(Self::First).map_err(|_| format!("expected 'auto', 'full' or a number of token ids, got '{s}'")),
+        }
+    }
+
+    /// The shortlist for a target of `vocab` ids (None: all of them); `ranked`: its ids are BPE
+    /// merge ranks (`TextTokenizer::is_bpe`).
+    pub fn tokens(self, vocab: usize, ranked: bool) -> Option<usize> {
+        match self {
+            Self::Auto if ranked && vocab >= 2 * AUTO_DRAFT_VOCAB => Some(AUTO_DRAFT_VOCAB),
+            Self::Auto | Self::Full => None,
+            Self::First(n) => Some(n),
+        }
+    }
 }

@@ -30,6 +30,8 @@ pub enum ModelError {
     ChatTemplate(String),
     #[error("token id {id} is outside the vocabulary (vocab_size {vocab})")]
     TokenOutOfRange { id: u32, vocab: usize },
+    #[error("--draft-vocab {requested}: expected a multiple of {group} from {group} to the target's vocabulary ({vocab})")]
+    DraftVocab { requested: usize, group: usize, vocab: usize },
     #[error(transparent)]
     Engine(#[from] domino_engine::EngineError),
 }

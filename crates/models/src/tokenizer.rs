@@ -122,6 +122,11 @@ impl TextTokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// Whether ids follow BPE merge ranks (a byte-level BPE vocabulary: frequent tokens first).
+    pub fn is_bpe(&self) -> bool {
+        matches!(self.inner.get_model(), tokenizers::ModelWrapper::BPE(_))
+    }
+
     pub fn has_chat_template(&self) -> bool {
         self.chat_template.is_some()
     }

@@ -10,8 +10,14 @@
 //!   each position's prior is the position before it, so evidence at shallow positions carries deeper;
 //! - climbing: a round that accepted every draft up to the deepest position yet verified is followed
 //!   by a deeper one when perfect acceptance there would pay (optimism under uncertainty);
-//! - probing: a session's first round drafts, and after a run of plain steps the scheduler drafts
-//!   again (with backoff), so it can return to drafting when acceptance recovers.
+//! - probing: after a run of plain steps the scheduler drafts one token again, so it can return to
+//!   drafting when acceptance recovers. Probes are rationed so that what they cost over plain steps
+//!   stays within `PROBE_BUDGET` of the time (a useless drafter costs at most that), and back off
+//!   while they keep failing;
+//! - a prior across sessions: `AcceptanceCounts` gathered over earlier generations of the same
+//!   drafter (a `SpeculativeSession` keeps them, the CLI caches them beside the round costs) start a
+//!   session's estimates, worth `HISTORY_WEIGHT` rounds, instead of the optimistic default. Without
+//!   them a session's first round is a probe.
 //!
 //! Whatever k is, the output is exactly the plain output (greedy) or the target distribution
 //! (sampling): k only decides how much of the block the target verifies.
@@ -69,12 +75,56 @@ impl RoundCosts {
     }
 }
 
-/// Decayed counts per draft position i (1-based in the docs, 0-based here): how often position i was
-/// verified with every earlier draft accepted (`tried`), and how often it was accepted (`accepted`).
+/// Counts per draft position i (0-based): how often position i was verified with every earlier draft
+/// accepted (`tried`), and how often it was accepted (`accepted`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AcceptanceCounts {
+    pub tried: Vec<f64>,
+    pub accepted: Vec<f64>,
+}
+
+impl AcceptanceCounts {
+    pub fn new(max_k: usize) -> Self {
+        Self { tried: vec![0.0; max_k], accepted: vec![0.0; max_k] }
+    }
+
+    /// Fold in a round that verified k drafts and accepted `accepted` of them.
+    pub fn record(&mut self, k: usize, accepted: usize) {
+        let observed = k.min(accepted + 1).min(self.tried.len());
+        for i in 0..observed {
+            self.tried[i] += 1.0;
+            if i < accepted {
+                self.accepted[i] += 1.0;
+            }
+        }
+    }
+
+    /// Rounds of evidence (position 0 is tried by every drafting round).
+    pub fn rounds(&self) -> f64 {
+        self.tried.first().copied().unwrap_or(0.0)
+    }
+
+    /// The same rates worth at most `weight` rounds.
+    fn scaled_to(&self, weight: f64) -> Self {
+        let s = if self.rounds() > weight { weight / self.rounds() } else { 1.0 };
+        Self { tried: self.tried.iter().map(|t| t * s).collect(), accepted: self.accepted.iter().map(|a| a * s).collect() }
+    }
+
+    /// Whether the counts fit a block of `max_k` drafts and are sane (a cache file may be stale).
+    pub fn fits(&self, max_k: usize) -> bool {
+        self.tried.len() == max_k
+            && self.accepted.len() == max_k
+            && self.tried.iter().zip(&self.accepted).all(|(t, a)| t.is_finite() && a.is_finite() && *a >= 0.0 && a <= t)
+    }
+}
+
+/// Rounds of evidence an earlier sessions' history counts for at the start of a session.
+pub const HISTORY_WEIGHT: f64 = 10.0;
+
+/// Decayed counts per draft position (`AcceptanceCounts`), over a prior: the session's estimates.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcceptanceModel {
-    tried: Vec<f64>,
-    accepted: Vec<f64>,
+    counts: AcceptanceCounts,
     prior_rate: f64,
     prior_weight: f64,
     forgetting: f64,
@@ -84,7 +134,14 @@ impl AcceptanceModel {
     /// `prior_rate` counts as `prior_weight` observations at each position; each round multiplies the
     /// old counts by `forgetting` (0.9 keeps about the last ten rounds).
     pub fn new(max_k: usize, prior_rate: f64, prior_weight: f64, forgetting: f64) -> Self {
-        Self { tried: vec![0.0; max_k], accepted: vec![0.0; max_k], prior_rate, prior_weight, forgetting }
+        Self { counts: AcceptanceCounts::new(max_k), prior_rate, prior_weight, forgetting }
+    }
+
+    /// Start from earlier sessions' counts, worth at most `HISTORY_WEIGHT` rounds.
+    pub fn start_from(&mut self, history: &AcceptanceCounts) {
+        if history.fits(self.counts.tried.len()) {
+            self.counts = history.scaled_to(HISTORY_WEIGHT);
+        }
     }
 
     /// P(draft i accepted | drafts before it accepted), for every position. Each position's prior is
@@ -94,9 +151,10 @@ impl AcceptanceModel {
     /// drafter that is good early and bad late) overrides the chain.
     pub fn rates(&self) -> Vec<f64> {
         let mut prior = self.prior_rate;
-        (0..self.tried.len())
+        let c = &self.counts;
+        (0..c.tried.len())
             .map(|i| {
-                prior = (self.accepted[i] + prior * self.prior_weight) / (self.tried[i] + self.prior_weight);
+                prior = (c.accepted[i] + prior * self.prior_weight) / (c.tried[i] + self.prior_weight);
                 prior
             })
             .collect()
@@ -132,24 +190,19 @@ impl AcceptanceModel {
     /// at `forgetting` per round; the others age slowly (`UNSEEN_FORGETTING`), so a position judged
     /// useless is retried now and then rather than at once or never.
     pub fn observe(&mut self, k: usize, accepted: usize) {
-        let observed = k.min(accepted + 1).min(self.tried.len());
-        for i in 0..self.tried.len() {
+        let c = &mut self.counts;
+        let observed = k.min(accepted + 1).min(c.tried.len());
+        for i in 0..c.tried.len() {
             let f = if i < observed { self.forgetting } else { UNSEEN_FORGETTING };
-            self.tried[i] *= f;
-            self.accepted[i] *= f;
+            c.tried[i] *= f;
+            c.accepted[i] *= f;
         }
-        for i in 0..observed {
-            self.tried[i] += 1.0;
-            if i < accepted {
-                self.accepted[i] += 1.0;
-            }
-        }
+        c.record(k, accepted);
     }
 
-    /// Forget the session's evidence (a probe starts again from the prior).
+    /// Forget the evidence, history included (a probe starts again from the prior).
     pub fn reset(&mut self) {
-        self.tried.iter_mut().for_each(|t| *t = 0.0);
-        self.accepted.iter_mut().for_each(|a| *a = 0.0);
+        self.counts = AcceptanceCounts::new(self.counts.tried.len());
     }
 }
 
@@ -160,6 +213,12 @@ const UNSEEN_FORGETTING: f64 = 0.98;
 const PROBE_FIRST: usize = 8;
 const PROBE_MAX: usize = 128;
 
+/// The share of time probes may cost over the plain steps they replace: a probe of one draft costs
+/// `seconds[1] - seconds[0]` more than a plain step, so probes wait at least that over
+/// `PROBE_BUDGET * seconds[0]` plain steps (on a CPU adapter where a round of one draft costs 1.4
+/// plain steps, 13 steps; where drafting is almost free, `PROBE_FIRST`).
+const PROBE_BUDGET: f64 = 0.03;
+
 /// The per-round choice of k.
 #[derive(Debug, Clone)]
 pub struct DraftScheduler {
@@ -168,6 +227,8 @@ pub struct DraftScheduler {
     pub acceptance: AcceptanceModel,
     plain_streak: usize,
     probe_interval: usize,
+    /// The last round was a probe.
+    probing: bool,
     /// Positions some round has verified since the session (or the last probe) started.
     explored: usize,
     /// Set when the last round accepted every draft up to `explored`: drafting deeper may pay.
@@ -184,7 +245,26 @@ impl DraftScheduler {
         // A fresh session is due for a probe: where the prior does not pay, the first round still
         // drafts (at least one), so a good drafter is found at once instead of after PROBE_FIRST
         // plain steps; a useless one costs one round.
-        Self { mode, costs, acceptance, plain_streak: PROBE_FIRST, probe_interval: PROBE_FIRST, explored: 0, climb: false }
+        Self { mode, costs, acceptance, plain_streak: usize::MAX, probe_interval: PROBE_FIRST, probing: false, explored: 0, climb: false }
+    }
+
+    /// As `new`, starting from earlier sessions' acceptance (`AcceptanceCounts`): the first round
+    /// follows them instead of probing, so a drafter known not to pay here costs nothing up front.
+    pub fn with_history(mode: DraftLen, costs: RoundCosts, history: &AcceptanceCounts) -> Self {
+        let mut s = Self::new(mode, costs);
+        if history.fits(s.costs.max_k()) && history.rounds() >= 1.0 {
+            s.acceptance.start_from(history);
+            s.plain_streak = 0;
+        }
+        s
+    }
+
+    /// Plain steps between probes now: the backoff, and at least what keeps probes within budget.
+    fn probe_wait(&self) -> usize {
+        let c = &self.costs.seconds;
+        let extra = c.get(1).map_or(0.0, |c1| (c1 - c[0]).max(0.0));
+        let budget = (extra / (PROBE_BUDGET * c[0].max(1e-12))).ceil().min(PROBE_MAX as f64) as usize;
+        self.probe_interval.max(budget)
     }
 
     /// Expected tokens per second of a round with k drafts, for every k (see `expected_tokens_by_k`
@@ -222,15 +302,22 @@ impl DraftScheduler {
                 if k > 0 || max_k == 0 {
                     return k;
                 }
-                if self.plain_streak < self.probe_interval {
+                if self.plain_streak < self.probe_wait() {
                     return 0;
                 }
-                // Probe: forget the evidence that made drafting look useless and draft as the prior
-                // suggests (at least one). If the probe fails, the next one waits twice as long.
+                // Probe: forget the evidence that made drafting look useless and draft one token
+                // (the opening probe of a fresh session: as the prior suggests, at least one). If
+                // it is accepted, climbing takes the next rounds deeper; if it fails, the next probe
+                // waits twice as long.
+                let opening = self.plain_streak == usize::MAX;
                 self.acceptance.reset();
                 self.explored = 0;
-                self.probe_interval = (self.probe_interval * 2).min(PROBE_MAX);
-                self.best_k().max(1)
+                self.probing = true;
+                if opening {
+                    self.best_k().max(1)
+                } else {
+                    1
+                }
             }
         }
     }
@@ -240,7 +327,7 @@ impl DraftScheduler {
         self.costs.observe(k, seconds);
         self.climb = false;
         if k == 0 {
-            self.plain_streak += 1;
+            self.plain_streak = self.plain_streak.saturating_add(1);
             return;
         }
         self.acceptance.observe(k, accepted);
@@ -250,7 +337,15 @@ impl DraftScheduler {
         if accepted > 0 {
             // The drafter hits again: probe quickly the next time drafting stops paying.
             self.probe_interval = PROBE_FIRST;
+        } else if std::mem::take(&mut self.probing) {
+            // A failed probe: the next one waits twice as long.
+            self.probe_interval = (self.probe_interval * 2).min(PROBE_MAX);
         }
+    }
+
+    /// The session's acceptance evidence so far (decayed), for a caller to keep as history.
+    pub fn acceptance(&self) -> &AcceptanceModel {
+        &self.acceptance
     }
 }
 
@@ -325,11 +420,58 @@ mod tests {
         let ks = run(&mut s, 30, |k| k);
         assert!(ks[0] == 1 && ks[1..].iter().all(|&k| k == 7), "{ks:?}");
         // A useless drafter on the same costs: the opening probe fails, then plain steps until the
-        // next probe (after twice PROBE_FIRST steps), which also fails.
+        // next probe, which waits until it costs at most PROBE_BUDGET of the time since: a probe
+        // costs 1.9 plain steps more than a plain step, so 1.9 / 0.03 = 64 steps.
         let mut s = DraftScheduler::new(DraftLen::Auto, costs);
-        let ks = run(&mut s, 40, |_| 0);
-        assert_eq!(ks.iter().filter(|&&k| k > 0).count(), 2, "{ks:?}");
-        assert!(ks[0] == 1 && ks[1..=2 * PROBE_FIRST].iter().all(|&k| k == 0), "{ks:?}");
+        let ks = run(&mut s, 80, |_| 0);
+        let probes: Vec<usize> = ks.iter().enumerate().filter(|(_, &k)| k > 0).map(|(i, _)| i).collect();
+        assert_eq!(probes, vec![0, 65], "{ks:?}");
+    }
+
+    /// Seconds of a run of rounds on `costs`.
+    fn seconds(costs: &RoundCosts, ks: &[usize]) -> f64 {
+        ks.iter().map(|&k| costs.seconds[k]).sum()
+    }
+
+    #[test]
+    fn probes_for_a_useless_drafter_stay_within_budget() {
+        // From a GPU-like table (a draft almost free) to a CPU-like one (a round of one draft costs
+        // three plain steps): after the opening probe, a drafter that is never accepted costs at
+        // most PROBE_BUDGET over plain decoding.
+        for step in [0.02, 0.1, 0.4, 1.0, 2.0] {
+            let costs = RoundCosts { seconds: (0..=7).map(|k| if k == 0 { 1.0 } else { 1.0 + step + 0.1 * k as f64 }).collect() };
+            let mut s = DraftScheduler::new(DraftLen::Auto, costs.clone());
+            let ks = run(&mut s, 2000, |_| 0);
+            let overhead = seconds(&costs, &ks[1..]) / (ks.len() - 1) as f64 - 1.0;
+            assert!(overhead <= PROBE_BUDGET, "draft cost {step}: {overhead:.4} over plain");
+            assert!(ks.iter().filter(|&&k| k > 0).count() >= 10, "draft cost {step}: probes stop");
+        }
+    }
+
+    #[test]
+    fn history_starts_a_session_where_the_last_ones_ended() {
+        let mut useless = AcceptanceCounts::new(7);
+        let mut perfect = AcceptanceCounts::new(7);
+        for _ in 0..50 {
+            useless.record(1, 0);
+            perfect.record(7, 7);
+        }
+        // A drafter known to fail here: no opening probe, plain steps until the first probe is due.
+        let mut s = DraftScheduler::with_history(DraftLen::Auto, costs(7), &useless);
+        let ks = run(&mut s, 30, |_| 0);
+        let wait = (0.75 / PROBE_BUDGET).ceil() as usize;
+        assert!(ks[..wait].iter().all(|&k| k == 0) && ks[wait] == 1, "{ks:?}");
+        // A drafter known to be perfect: the whole block from the first round.
+        let mut s = DraftScheduler::with_history(DraftLen::Auto, costs(7), &perfect);
+        assert!(run(&mut s, 10, |k| k).iter().all(|&k| k == 7));
+        // The history is a prior, not a verdict: the useless drafter's history yields to a drafter
+        // that now accepts everything within a probe or two.
+        let mut s = DraftScheduler::with_history(DraftLen::Auto, costs(7), &useless);
+        let ks = run(&mut s, 60, |k| k);
+        assert!(ks[wait + 5..].iter().all(|&k| k == 7), "{ks:?}");
+        // Counts that do not fit the block (another drafter's cache) are ignored: a fresh start.
+        let s = DraftScheduler::with_history(DraftLen::Auto, costs(3), &perfect);
+        assert_eq!(s.acceptance.rates(), DraftScheduler::new(DraftLen::Auto, costs(3)).acceptance.rates());
     }
 
     #[test]

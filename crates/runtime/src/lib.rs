@@ -11,7 +11,7 @@ pub mod session;
 pub mod speculative;
 
 pub use batch::{BatchEvent, Batcher, SequenceId, BATCH_MAX_ROWS};
-pub use draft_len::{DraftLen, DraftScheduler, RoundCosts};
+pub use draft_len::{AcceptanceCounts, DraftLen, DraftScheduler, RoundCosts};
 pub use error::{Result, RuntimeError};
 pub use memory::{check_memory, MemoryLimits, MemoryPlan, MemoryRequest};
 pub use speculative::{SpeculativeOptions, SpeculativeSession, SpeculativeStats};

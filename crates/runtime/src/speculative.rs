@@ -6,7 +6,7 @@
 //! reset: the next verify simply writes from the new `start` on.
 
 use crate::clock::now;
-use crate::draft_len::{DraftLen, DraftScheduler, RoundCosts};
+use crate::draft_len::{AcceptanceCounts, DraftLen, DraftScheduler, RoundCosts};
 use crate::error::{Result, RuntimeError};
 use crate::session::{validate_prompt, GenerateOptions, Generation, GenerationStats, StopReason, MAX_LOGIT_ROWS, MAX_ROWS};
 use domino_engine::step::finish;
@@ -69,6 +69,9 @@ pub struct SpeculativeSession<'m> {
     result: Arc<GpuBuffer>,
     /// This session's calibration (`calibrate`) and the `use_head` it was made with, once made.
     costs: Option<(bool, RoundCosts)>,
+    /// Acceptance counts of every greedy round so far, without and with the Domino head
+    /// (`use_head` as index): the next greedy generation's prior (`DraftScheduler::with_history`).
+    history: [AcceptanceCounts; 2],
 }
 
 /// Timed rounds per draft length in a calibration (the fastest counts).
@@ -96,7 +99,8 @@ impl<'m> SpeculativeSession<'m> {
         // plain steps), then room for a verify pass's k + 1 rows.
         let features = gpu.activation_buffer("target features", ((MAX_ROWS + k + 1) * width * 4) as u64)?;
         let result = gpu.binding_buffer("round result", ((k + 2) * 4) as u64)?;
-        Ok(Self { target, drafter, state, draft, features, result, costs: None })
+        let history = [AcceptanceCounts::new(k), AcceptanceCounts::new(k)];
+        Ok(Self { target, drafter, state, draft, features, result, costs: None, history })
     }
 
     pub fn capacity(&self) -> usize {
@@ -129,6 +133,23 @@ impl<'m> SpeculativeSession<'m> {
                 self.costs = Some((spec.use_head, c.clone()));
                 Ok(c)
             }
+        }
+    }
+
+    pub fn drafter(&self) -> &'m DrafterModel {
+        self.drafter
+    }
+
+    /// Acceptance counts of this session's greedy rounds (plus any history it was given), with or
+    /// without the Domino head: what a caller keeps to start later sessions from.
+    pub fn acceptance_history(&self, use_head: bool) -> &AcceptanceCounts {
+        &self.history[use_head as usize]
+    }
+
+    /// Start from acceptance counts gathered earlier (ignored unless they fit this drafter's block).
+    pub fn set_acceptance_history(&mut self, use_head: bool, counts: AcceptanceCounts) {
+        if counts.fits(self.max_draft_len()) {
+            self.history[use_head as usize] = counts;
         }
     }
 
@@ -273,10 +294,13 @@ impl<'m> SpeculativeSession<'m> {
         // draft context does not have yet (the prefill's last chunk was appended above).
         let mut pending = 0u32;
         let mut done = emit(first, &mut output);
-        let mut scheduler = DraftScheduler::new(spec.draft_len, costs);
         // Sampled output must be reproducible from its seed, so its k may depend on the drafter's
-        // acceptance (a function of the tokens) but not on wall-clock times: costs stay as given.
-        let refine_costs = spec.refine_costs && opts.sampling.is_greedy();
+        // acceptance in this generation (a function of its tokens) but not on wall-clock times or
+        // on earlier generations: costs stay as given and no history is used or gathered.
+        let greedy = opts.sampling.is_greedy();
+        let history = &self.history[spec.use_head as usize];
+        let mut scheduler = if greedy { DraftScheduler::with_history(spec.draft_len, costs, history) } else { DraftScheduler::new(spec.draft_len, costs) };
+        let refine_costs = spec.refine_costs && greedy;
         while done.is_none() {
             let k = scheduler.next_k() as u32;
             if k == 0 && pending as usize == MAX_ROWS {
@@ -322,6 +346,9 @@ impl<'m> SpeculativeSession<'m> {
             let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             let a = words[0].min(k) as usize;
             scheduler.observe(k as usize, a, if refine_costs && !spec.timing { tc - ta } else { scheduler.costs.seconds[k as usize] });
+            if greedy {
+                self.history[spec.use_head as usize].record(k as usize, a);
+            }
             spec_stats.acceptance_lengths.push(a + 1);
             spec_stats.draft_lengths.push(k as usize);
             for &tok in &words[1..a + 2] {

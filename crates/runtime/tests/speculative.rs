@@ -346,11 +346,18 @@ fn adaptive_draft_length_follows_the_drafter() {
     assert!(all_accepted(&st), "{name}: {:?} {:?}", st.draft_lengths, st.acceptance_lengths);
     assert!(st.draft_lengths[0] > 0 && st.draft_lengths[1..].iter().all(|&k| k == max_k), "{name}: {:?}", st.draft_lengths);
 
-    // A draft pass of 2.6 decode steps: the prior does not pay, perfect acceptance does. The first
-    // round probes with one draft; from then on every round drafts the whole block.
-    let (_, st) = block_on(spec.generate(&[5, 6, 7], &greedy(120), &fixed(table(2.6)), &mut |_| true)).unwrap();
+    // A draft pass of 2.6 decode steps: the prior does not pay, perfect acceptance does. A fresh
+    // session's first round probes with one draft; from then on every round drafts the whole block.
+    let mut fresh = SpeculativeSession::new(&target, &drafter, 256).unwrap();
+    let (_, st) = block_on(fresh.generate(&[5, 6, 7], &greedy(120), &fixed(table(2.6)), &mut |_| true)).unwrap();
     assert!(all_accepted(&st), "{name}");
     assert!(st.draft_lengths[0] == 1 && st.draft_lengths[1..].iter().all(|&k| k == max_k), "{name}: {:?}", st.draft_lengths);
+    // The first session's history (every draft accepted) starts its next generation: the whole
+    // block from the first round, no probe.
+    assert!(spec.acceptance_history(true).rounds() >= 10.0);
+    let (_, st) = block_on(spec.generate(&[5, 6, 7], &greedy(120), &fixed(table(2.6)), &mut |_| true)).unwrap();
+    assert!(all_accepted(&st), "{name}");
+    assert!(st.draft_lengths.iter().all(|&k| k == max_k), "{name}: {:?}", st.draft_lengths);
 
     // This adapter's calibrated costs, refined online: the schedule follows noisy timings, but it
     // drafts (at the latest in the opening probe) and every draft is accepted.
@@ -415,5 +422,47 @@ fn sampled_rounds_follow_the_target_distribution_at_every_draft_length() {
         let dof = dof.saturating_sub(1).max(1) as f64;
         let crit = dof * (1.0 - 2.0 / (9.0 * dof) + 3.09 * (2.0 / (9.0 * dof)).sqrt()).powi(3);
         assert!(chi < crit, "{name} k={k}: first token chi2 {chi:.1} >= {crit:.1}");
+    }
+}
+
+/// `set_draft_vocab`: drafts come from the first N token ids only (a shortlist of the lm_head and
+/// the Domino correction), and the output stays exactly plain greedy. An always-accepting pair whose
+/// token is in the shortlist still commits whole blocks; one whose token is not commits one token
+/// per round (its drafts never reach it). Shortlists that are not whole weight groups, empty or
+/// larger than the vocabulary are refused with a clear error.
+#[test]
+fn a_draft_vocabulary_shortlist_drafts_only_its_tokens_and_keeps_the_output() {
+    for (name, gpu) in test_gpus() {
+        for token in [77usize, 300] {
+            let dir = tempfile::tempdir().unwrap();
+            let (t, d) = (dir.path().join("t"), dir.path().join("d"));
+            let dspec = TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 8, ..TinyDrafterSpec::default() };
+            domino_models::testing::write_always_accept_pair(&t, &d, &target_spec(), &dspec, token).unwrap();
+            let target = Qwen3Model::load(gpu.clone(), Qwen3Config::from_file(&t.join("config.json")).unwrap(), &Checkpoint::open(&t).unwrap(), WeightFormat::F16, &mut |_, _, _| {}).unwrap();
+            let mut drafter = DrafterModel::load(DrafterConfig::from_file(&d.join("config.json")).unwrap(), &Checkpoint::open(&d).unwrap(), &target, WeightFormat::F16).unwrap();
+            for bad in [100, 0, 512] {
+                let e = drafter.set_draft_vocab(&target, Some(bad)).unwrap_err().to_string();
+                assert!(e.contains(&format!("--draft-vocab {bad}")) && e.contains("multiple of 128") && e.contains("384"), "{e}");
+            }
+            let prompt = [5u32, 6, 7];
+            let want = block_on(Session::new(&target, 256).unwrap().generate(&prompt, &greedy(24), &mut |_| true)).unwrap().output_ids;
+            assert!(want.iter().all(|&t| t as usize == token));
+            for keep in [128usize, 256] {
+                drafter.set_draft_vocab(&target, Some(keep)).unwrap();
+                assert_eq!(drafter.draft_vocab(), keep);
+                let mut spec = SpeculativeSession::new(&target, &drafter, 256).unwrap();
+                let max_k = spec.max_draft_len();
+                for use_head in [true, false] {
+                    let so = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(max_k), ..Default::default() };
+                    let (got, st) = block_on(spec.generate(&prompt, &greedy(24), &so, &mut |_| true)).unwrap();
+                    assert_eq!(got.output_ids, want, "{name} token={token} keep={keep} head={use_head}");
+                    let last = st.acceptance_lengths.len() - 1;
+                    let expected = if token < keep { max_k + 1 } else { 1 };
+                    assert!(st.acceptance_lengths[..last].iter().all(|&a| a == expected), "{name} token={token} keep={keep} head={use_head}: {:?}", st.acceptance_lengths);
+                }
+            }
+            drafter.set_draft_vocab(&target, None).unwrap();
+            assert_eq!(drafter.draft_vocab(), 384);
+        }
     }
 }

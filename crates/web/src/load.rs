@@ -147,7 +147,10 @@ pub async fn load(gpu: Arc<Gpu>, model: &JsValue, draft: Option<&JsValue>, dtype
             let dconfig = DrafterConfig::from_json(&dfolder.required("config.json").await?, &dfolder.path("config.json"))?;
             let block = dconfig.block_size;
             let dckpt = checkpoint(dfolder.weights().await?, progress)?;
-            let d = DrafterModel::load(dconfig, &dckpt, &model, drafter_format(dtype))?;
+            let mut d = DrafterModel::load(dconfig, &dckpt, &model, drafter_format(dtype))?;
+            // The CLI's default `--draft-vocab auto`: a frequency shortlist of a large vocabulary.
+            let ranked = tokenizer.as_ref().is_some_and(|t| t.is_bpe());
+            d.set_draft_vocab(&model, domino_models::drafter_gpu::DraftVocab::Auto.tokens(model.config.vocab_size, ranked))?;
             (Some(d), Some(dfolder.name.clone()), block)
         }
     };
