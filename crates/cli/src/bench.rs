@@ -156,7 +156,7 @@ fn bench_adapter(
     let drafter = match &args.draft {
         Some(draft) => {
             bar.set_message(format!("{label}: loading drafter"));
-            Some(crate::load::load_drafter(model, draft, args.block_size, args.draft_vocab.tokens(model.config.vocab_size, loaded.tokenizer.as_ref().is_some_and(|t| t.is_bpe())), drafter_format(format))?)
+            Some(crate::load::load_drafter(model, draft, args.block_size, args.draft_vocab.tokens(model.config.vocab_size, loaded.tokenizer.as_ref().and_then(|t| t.ranked_vocab())), drafter_format(format))?)
         }
         None => None,
     };

@@ -78,7 +78,7 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
         session.set_prefix_reuse(true);
     }
     let drafter = match &args.draft {
-        Some(d) => Some(load_drafter(&loaded.model, d, args.block_size, args.draft_vocab.tokens(loaded.model.config.vocab_size, tok.is_bpe()), drafter_format(dtype))?),
+        Some(d) => Some(load_drafter(&loaded.model, d, args.block_size, args.draft_vocab.tokens(loaded.model.config.vocab_size, tok.ranked_vocab()), drafter_format(dtype))?),
         None => None,
     };
     let mut spec = None;

@@ -131,7 +131,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             (pollster::block_on(session.generate(&prompt_ids, &opts, &mut on_token))?, None)
         }
         Some(draft) => {
-            let drafter = load_drafter(&loaded.model, draft, args.block_size, args.draft_vocab.tokens(loaded.model.config.vocab_size, loaded.tokenizer.as_ref().is_some_and(|t| t.is_bpe())), drafter_format(format))?;
+            let drafter = load_drafter(&loaded.model, draft, args.block_size, args.draft_vocab.tokens(loaded.model.config.vocab_size, loaded.tokenizer.as_ref().and_then(|t| t.ranked_vocab())), drafter_format(format))?;
             let mut session = SpeculativeSession::new(&loaded.model, &drafter, capacity)?;
             session.validate(&prompt_ids, args.max_tokens)?;
             let use_head = !args.no_head;

@@ -381,8 +381,9 @@ pub struct DraftState {
 
 /// `--draft-vocab`: which token ids a draft may be. `auto`: the first `AUTO_DRAFT_VOCAB` ids (a
 /// frequency shortlist, `DrafterModel::set_draft_vocab`) where the target's ids are BPE merge ranks
-/// (its tokenizer is BPE) and its vocabulary is at least twice that, else all (a random model's ids
-/// carry no frequency order); `full`: all; N: the first N.
+/// (its tokenizer is BPE and names at least twice that many ids, as does the target), else all (a
+/// random model's ids past its small test tokenizer carry no frequency order); `full`: all; N: the
+/// first N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DraftVocab {
     #[default]
@@ -403,13 +404,36 @@ impl DraftVocab {
         }
     }
 
-    /// The shortlist for a target of `vocab` ids (None: all of them); `ranked`: its ids are BPE
-    /// merge ranks (`TextTokenizer::is_bpe`).
-    pub fn tokens(self, vocab: usize, ranked: bool) -> Option<usize> {
+    /// The shortlist for a target of `vocab` ids (None: all of them); `ranked`: how many of its ids
+    /// are BPE merge ranks (`TextTokenizer::ranked_vocab`).
+    pub fn tokens(self, vocab: usize, ranked: Option<usize>) -> Option<usize> {
+        let shortlist_pays = vocab >= 2 * AUTO_DRAFT_VOCAB && ranked.is_some_and(|r| r >= 2 * AUTO_DRAFT_VOCAB);
         match self {
-            Self::Auto if ranked && vocab >= 2 * AUTO_DRAFT_VOCAB => Some(AUTO_DRAFT_VOCAB),
+            Self::Auto if shortlist_pays => Some(AUTO_DRAFT_VOCAB),
             Self::Auto | Self::Full => None,
             Self::First(n) => Some(n),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_shortlists_only_large_merge_ranked_vocabularies() {
+        // SmolLM2 (49152 BPE ids), Qwen3 (151936 in the model, 151669 in the tokenizer).
+        assert_eq!(DraftVocab::Auto.tokens(49152, Some(49152)), Some(AUTO_DRAFT_VOCAB));
+        assert_eq!(DraftVocab::Auto.tokens(151936, Some(151669)), Some(AUTO_DRAFT_VOCAB));
+        // A random model: 32000 ids but a 256-token test tokenizer, or none; a small vocabulary.
+        assert_eq!(DraftVocab::Auto.tokens(32000, Some(256)), None);
+        assert_eq!(DraftVocab::Auto.tokens(32000, None), None);
+        assert_eq!(DraftVocab::Auto.tokens(12000, Some(12000)), None);
+        assert_eq!(DraftVocab::Full.tokens(49152, Some(49152)), None);
+        assert_eq!(DraftVocab::First(4096).tokens(32000, None), Some(4096));
+        assert_eq!(DraftVocab::parse("auto"), Ok(DraftVocab::Auto));
+        assert_eq!(DraftVocab::parse("full"), Ok(DraftVocab::Full));
+        assert_eq!(DraftVocab::parse("1024"), Ok(DraftVocab::First(1024)));
+        assert!(DraftVocab::parse("most").unwrap_err().contains("'most'"));
     }
 }

@@ -122,9 +122,10 @@ impl TextTokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// Whether ids follow BPE merge ranks (a byte-level BPE vocabulary: frequent tokens first).
-    pub fn is_bpe(&self) -> bool {
-        matches!(self.inner.get_model(), tokenizers::ModelWrapper::BPE(_))
+    /// The vocabulary size when ids follow BPE merge ranks (a BPE vocabulary: frequent tokens
+    /// first), else None.
+    pub fn ranked_vocab(&self) -> Option<usize> {
+        matches!(self.inner.get_model(), tokenizers::ModelWrapper::BPE(_)).then(|| self.vocab_size())
     }
 
     pub fn has_chat_template(&self) -> bool {

@@ -65,12 +65,19 @@ impl RoundCosts {
         self.seconds.len().saturating_sub(1)
     }
 
-    /// Fold in a measured round time for k (exponential moving average; outliers above 3x the
-    /// estimate, such as a page fault or another process, are clipped).
+    /// Fold in a measured round time for k: every k's estimate moves by the same factor, the one
+    /// an exponential moving average of k's own gives (outliers above 3x the estimate, such as a
+    /// page fault or another process, are clipped). The calibration's shape (what k drafts cost
+    /// relative to a plain step) is kept and its level follows the session: refining only the k
+    /// observed would leave the rarely drafted k at the calibration's short-context level while the
+    /// plain step's grows with the context, making drafting look cheaper than it is.
     pub fn observe(&mut self, k: usize, seconds: f64) {
-        if let Some(c) = self.seconds.get_mut(k) {
-            let s = seconds.min(3.0 * *c).max(0.0);
-            *c += COST_SMOOTHING * (s - *c);
+        if let Some(&c) = self.seconds.get(k) {
+            if c > 0.0 {
+                let s = seconds.min(3.0 * c).max(0.0);
+                let factor = 1.0 + COST_SMOOTHING * (s / c - 1.0);
+                self.seconds.iter_mut().for_each(|x| *x *= factor);
+            }
         }
     }
 }
@@ -213,10 +220,10 @@ const UNSEEN_FORGETTING: f64 = 0.98;
 const PROBE_FIRST: usize = 8;
 const PROBE_MAX: usize = 128;
 
-/// The share of time probes may cost over the plain steps they replace: a probe of one draft costs
-/// `seconds[1] - seconds[0]` more than a plain step, so probes wait at least that over
-/// `PROBE_BUDGET * seconds[0]` plain steps (on a CPU adapter where a round of one draft costs 1.4
-/// plain steps, 13 steps; where drafting is almost free, `PROBE_FIRST`).
+/// The share of time probes may cost over the plain steps they replace: a failed probe costs up to
+/// `2 * (seconds[1] - seconds[0])` more than plain steps, so probes wait at least that over
+/// `PROBE_BUDGET * seconds[0]` plain steps (on a CPU adapter where a round of one draft costs 1.3
+/// plain steps, 20 steps; where drafting is almost free, `PROBE_FIRST`).
 const PROBE_BUDGET: f64 = 0.03;
 
 /// The per-round choice of k.
@@ -260,9 +267,11 @@ impl DraftScheduler {
     }
 
     /// Plain steps between probes now: the backoff, and at least what keeps probes within budget.
+    /// A failed probe can cost two rounds of one draft: after the probe's reset the optimistic prior
+    /// may still pay for one more.
     fn probe_wait(&self) -> usize {
         let c = &self.costs.seconds;
-        let extra = c.get(1).map_or(0.0, |c1| (c1 - c[0]).max(0.0));
+        let extra = 2.0 * c.get(1).map_or(0.0, |c1| (c1 - c[0]).max(0.0));
         let budget = (extra / (PROBE_BUDGET * c[0].max(1e-12))).ceil().min(PROBE_MAX as f64) as usize;
         self.probe_interval.max(budget)
     }
@@ -421,11 +430,12 @@ mod tests {
         assert!(ks[0] == 1 && ks[1..].iter().all(|&k| k == 7), "{ks:?}");
         // A useless drafter on the same costs: the opening probe fails, then plain steps until the
         // next probe, which waits until it costs at most PROBE_BUDGET of the time since: a probe
-        // costs 1.9 plain steps more than a plain step, so 1.9 / 0.03 = 64 steps.
+        // (up to two rounds of one draft) costs 2 x 1.9 plain steps more than plain steps, so
+        // 3.8 / 0.03 = 127 steps.
         let mut s = DraftScheduler::new(DraftLen::Auto, costs);
-        let ks = run(&mut s, 80, |_| 0);
+        let ks = run(&mut s, 140, |_| 0);
         let probes: Vec<usize> = ks.iter().enumerate().filter(|(_, &k)| k > 0).map(|(i, _)| i).collect();
-        assert_eq!(probes, vec![0, 65], "{ks:?}");
+        assert_eq!(probes, vec![0, 128], "{ks:?}");
     }
 
     /// Seconds of a run of rounds on `costs`.
@@ -458,8 +468,8 @@ mod tests {
         }
         // A drafter known to fail here: no opening probe, plain steps until the first probe is due.
         let mut s = DraftScheduler::with_history(DraftLen::Auto, costs(7), &useless);
-        let ks = run(&mut s, 30, |_| 0);
-        let wait = (0.75 / PROBE_BUDGET).ceil() as usize;
+        let ks = run(&mut s, 60, |_| 0);
+        let wait = (2.0 * 0.75 / PROBE_BUDGET).ceil() as usize;
         assert!(ks[..wait].iter().all(|&k| k == 0) && ks[wait] == 1, "{ks:?}");
         // A drafter known to be perfect: the whole block from the first round.
         let mut s = DraftScheduler::with_history(DraftLen::Auto, costs(7), &perfect);
@@ -467,7 +477,7 @@ mod tests {
         // The history is a prior, not a verdict: the useless drafter's history yields to a drafter
         // that now accepts everything within a probe or two.
         let mut s = DraftScheduler::with_history(DraftLen::Auto, costs(7), &useless);
-        let ks = run(&mut s, 60, |k| k);
+        let ks = run(&mut s, 90, |k| k);
         assert!(ks[wait + 5..].iter().all(|&k| k == 7), "{ks:?}");
         // Counts that do not fit the block (another drafter's cache) are ignored: a fresh start.
         let s = DraftScheduler::with_history(DraftLen::Auto, costs(3), &perfect);
@@ -498,6 +508,22 @@ mod tests {
         let mut s = DraftScheduler::new(DraftLen::Auto, gpu);
         let ks = run(&mut s, 60, |k| k.min(3));
         assert!(ks[30..].iter().all(|&k| k >= 3), "{ks:?}");
+    }
+
+    #[test]
+    fn refining_one_draft_length_moves_every_cost_alike() {
+        // Plain steps at twice the calibrated time (a longer context than the calibration's): a
+        // round of one draft is still 1.75 plain steps, not the 0.875 a per-k refinement would give.
+        let mut c = costs(7);
+        for _ in 0..60 {
+            c.observe(0, 2.0);
+        }
+        assert!((c.seconds[0] - 2.0).abs() < 0.01, "{:?}", c.seconds);
+        assert!((c.seconds[1] / c.seconds[0] - 1.75).abs() < 1e-9, "{:?}", c.seconds);
+        // An outlier moves the estimates by at most the clipped 3x.
+        let before = c.seconds[0];
+        c.observe(0, 1000.0);
+        assert!(c.seconds[0] <= before * (1.0 + COST_SMOOTHING * 2.0) + 1e-12);
     }
 
     #[test]

@@ -75,6 +75,8 @@ fn shipped_smollm2_drafter_is_lossless_and_accepts() {
     let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../drafters/smollm2-135m-instruct-domino"));
     let files = open_model(&smollm2_path()).unwrap();
     let tok = files.tokenizer.as_ref().unwrap();
+    // Its GGUF tokenizer is BPE over the whole vocabulary, so `--draft-vocab auto` shortlists it.
+    assert_eq!(tok.ranked_vocab(), Some(49152));
     let prompts = [
         "def is_palindrome(text: str) -> bool:\n    \"\"\"Return True if text reads the same forwards and backwards.\"\"\"\n",
         "def mean(values):\n    \"\"\"Return the arithmetic mean of a non-empty list of numbers.\"\"\"\n",

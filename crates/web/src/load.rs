@@ -149,7 +149,7 @@ pub async fn load(gpu: Arc<Gpu>, model: &JsValue, draft: Option<&JsValue>, dtype
             let dckpt = checkpoint(dfolder.weights().await?, progress)?;
             let mut d = DrafterModel::load(dconfig, &dckpt, &model, drafter_format(dtype))?;
             // The CLI's default `--draft-vocab auto`: a frequency shortlist of a large vocabulary.
-            let ranked = tokenizer.as_ref().is_some_and(|t| t.is_bpe());
+            let ranked = tokenizer.as_ref().and_then(|t| t.ranked_vocab());
             d.set_draft_vocab(&model, domino_models::drafter_gpu::DraftVocab::Auto.tokens(model.config.vocab_size, ranked))?;
             (Some(d), Some(dfolder.name.clone()), block)
         }

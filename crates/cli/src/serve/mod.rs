@@ -120,7 +120,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let (tx, rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
     let cfg = EngineConfig { slots: args.max_batch, context, max_rows: BATCH_MAX_ROWS, prefix_cache: !args.no_prefix_cache };
-    let draft_vocab = args.draft_vocab.tokens(loaded.model.config.vocab_size, tokenizer.is_bpe());
+    let draft_vocab = args.draft_vocab.tokens(loaded.model.config.vocab_size, tokenizer.ranked_vocab());
     let drafting = load_drafting(&loaded.model, &args, draft_vocab, &path, dtype)?;
     let engine_metrics = metrics.clone();
     let model = loaded.model;
