@@ -175,4 +175,3 @@ pub fn load_drafter(target: &Qwen3Model, dir: &str, block_size: Option<usize>, d
     drafter.set_draft_vocab(target, draft_vocab)?;
     Ok(drafter)
 }
-

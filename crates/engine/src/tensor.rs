@@ -222,7 +222,7 @@ impl Matrix {
     /// and strides by its `wcols`). `n` must be a multiple of `TEXTURE_GROUP_COLS`, so no 16-column
     /// block or texture group is cut, and at most `self.n`.
     pub fn leading_outputs(&self, n: usize) -> Option<Matrix> {
-        if n == 0 || n > self.n || n % TEXTURE_GROUP_COLS != 0 {
+        if n == 0 || n > self.n || !n.is_multiple_of(TEXTURE_GROUP_COLS) {
             return None;
         }
         let chunks = self

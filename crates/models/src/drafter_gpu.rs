@@ -35,6 +35,14 @@ pub struct DrafterModel {
     /// Tokens a draft may be (`set_draft_vocab`): the first `draft_vocab` ids of the target's
     /// vocabulary. The full vocabulary unless shortlisted.
     draft_vocab: usize,
+    /// With a shortlist: the views of the target's lm_head and the head's correction restricted to
+    /// it, made once (`Matrix::leading_outputs` shares the weights).
+    shortlist: Option<Shortlist>,
+}
+
+struct Shortlist {
+    lm_head: Matrix,
+    w2: Option<Matrix>,
 }
 
 fn mat(gpu: &Gpu, src: &dyn WeightSource, name: &str, n: usize, k: usize, format: WeightFormat) -> Result<Matrix> {
@@ -88,7 +96,7 @@ impl DrafterModel {
             _ => None,
         };
         let draft_vocab = target.config.vocab_size;
-        Ok(Self { gpu, config, fc, hidden_norm, layers, norm, head, draft_vocab })
+        Ok(Self { gpu, config, fc, hidden_norm, layers, norm, head, draft_vocab, shortlist: None })
     }
 
     /// Draft only among the first `n` token ids of the target's vocabulary (None: all of them).
@@ -104,9 +112,17 @@ impl DrafterModel {
         let vocab = target.config.vocab_size;
         let n = n.unwrap_or(vocab);
         let group = domino_engine::tensor::TEXTURE_GROUP_COLS;
-        if n != vocab && (n == 0 || n > vocab || n % group != 0) {
-            return Err(crate::error::ModelError::DraftVocab { requested: n, group, vocab });
-        }
+        let invalid = || crate::error::ModelError::DraftVocab { requested: n, group, vocab };
+        self.shortlist = if n == vocab {
+            None
+        } else {
+            let lm_head = target.lm_head().leading_outputs(n).ok_or_else(invalid)?;
+            let w2 = match &self.head {
+                Some(h) => Some(h.w2.leading_outputs(n).ok_or_else(invalid)?),
+                None => None,
+            };
+            Some(Shortlist { lm_head, w2 })
+        };
         self.draft_vocab = n;
         Ok(())
     }
@@ -115,13 +131,6 @@ impl DrafterModel {
         self.draft_vocab
     }
 
-    /// The first `draft_vocab` rows of a vocabulary-sized matrix (the whole matrix without a shortlist).
-    fn shortlisted<'a>(&self, w: &'a Matrix) -> std::borrow::Cow<'a, Matrix> {
-        match w.leading_outputs(self.draft_vocab) {
-            Some(view) if self.draft_vocab < w.n => std::borrow::Cow::Owned(view),
-            _ => std::borrow::Cow::Borrowed(w),
-        }
-    }
 
     #[allow(clippy::too_many_arguments)]
     fn load_head(gpu: &Gpu, src: &dyn WeightSource, p: &str, h: usize, e: usize, g: usize, vocab: usize, format: WeightFormat) -> Result<DominoHead> {
@@ -286,7 +295,8 @@ impl DrafterModel {
         kernels::rmsnorm(step, &self.norm, h, eps, &x, &a, rows)?;
         let v = target.config.vocab_size as u32;
         let logits = Rows::new(&st.logits, 0, v);
-        kernels::matmul(step, &self.shortlisted(target.lm_head()), &a, &logits, rows, Epilogue::Store)?;
+        let lm_head = self.shortlist.as_ref().map_or(target.lm_head(), |s| &s.lm_head);
+        kernels::matmul(step, lm_head, &a, &logits, rows, Epilogue::Store)?;
         Ok(())
     }
 
@@ -316,7 +326,7 @@ impl DrafterModel {
         let (h, v) = (c.hidden_size as u32, target.config.vocab_size as u32);
         let (e, g) = (head.emb_dim as u32, head.gru_hidden as u32);
         let greedy = SamplingConfig::greedy();
-        let w2 = self.shortlisted(&head.w2);
+        let w2 = self.shortlist.as_ref().and_then(|s| s.w2.as_ref()).unwrap_or(&head.w2);
         kernels::matmul(step, &head.w1_y, &Rows::new(&st.a, 0, h), &Rows::new(&st.zw, 0, e), b, Epilogue::Store)?;
         // s = GRU(embed(token at `pos`), s)
         let gru = |step: &mut Step, pos: u32| -> Result<()> {
@@ -333,7 +343,7 @@ impl DrafterModel {
             if i as usize >= c.pure_draft_prefix_len {
                 kernels::matmul(step, &head.w1_s, &Rows::new(&st.s, 0, g), &Rows::new(&st.zs, 0, e), 1, Epilogue::Store)?;
                 kernels::silu_add(step, &Rows::new(&st.zw, i * e, e), &Rows::new(&st.zs, 0, e), &st.act, e)?;
-                kernels::matmul(step, &w2, &Rows::new(&st.act, 0, e), &row, 1, Epilogue::Accumulate)?;
+                kernels::matmul(step, w2, &Rows::new(&st.act, 0, e), &row, 1, Epilogue::Accumulate)?;
             }
             kernels::sample(step, &row, self.draft_vocab as u32, 1, ids, start + 1 + i, &greedy, 0)?;
             if i + 1 < b {

@@ -125,7 +125,7 @@ impl AcceptanceCounts {
     }
 }
 
-/// Rounds of evidence an earlier sessions' history counts for at the start of a session.
+/// Rounds of evidence the history of earlier sessions counts for at the start of a session.
 pub const HISTORY_WEIGHT: f64 = 10.0;
 
 /// Decayed counts per draft position (`AcceptanceCounts`), over a prior: the session's estimates.
@@ -144,11 +144,14 @@ impl AcceptanceModel {
         Self { counts: AcceptanceCounts::new(max_k), prior_rate, prior_weight, forgetting }
     }
 
-    /// Start from earlier sessions' counts, worth at most `HISTORY_WEIGHT` rounds.
-    pub fn start_from(&mut self, history: &AcceptanceCounts) {
-        if history.fits(self.counts.tried.len()) {
+    /// Start from earlier sessions' counts, worth at most `HISTORY_WEIGHT` rounds; false (and no
+    /// change) when they do not fit this block or hold no round.
+    pub fn start_from(&mut self, history: &AcceptanceCounts) -> bool {
+        let usable = history.fits(self.counts.tried.len()) && history.rounds() >= 1.0;
+        if usable {
             self.counts = history.scaled_to(HISTORY_WEIGHT);
         }
+        usable
     }
 
     /// P(draft i accepted | drafts before it accepted), for every position. Each position's prior is
@@ -259,8 +262,7 @@ impl DraftScheduler {
     /// follows them instead of probing, so a drafter known not to pay here costs nothing up front.
     pub fn with_history(mode: DraftLen, costs: RoundCosts, history: &AcceptanceCounts) -> Self {
         let mut s = Self::new(mode, costs);
-        if history.fits(s.costs.max_k()) && history.rounds() >= 1.0 {
-            s.acceptance.start_from(history);
+        if s.acceptance.start_from(history) {
             s.plain_streak = 0;
         }
         s
