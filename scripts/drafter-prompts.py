@@ -15,12 +15,14 @@ import ast
 import json
 import os
 import sysconfig
+import zipfile
 
 
-def functions(path):
+def functions(path, source=None):
     try:
-        with open(path, encoding="utf-8") as f:
-            source = f.read()
+        if source is None:
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
         tree = ast.parse(source)
     except (SyntaxError, UnicodeDecodeError, ValueError):
         return
@@ -70,6 +72,22 @@ CHAT_TEMPLATES = [
 ]
 
 
+def wheel_functions(wheel):
+    """Functions of every module in a wheel (a zip of .py files), in name order, tests excluded."""
+    with zipfile.ZipFile(wheel) as z:
+        for name in sorted(z.namelist()):
+            parts = name.split("/")
+            if not name.endswith(".py") or any(p in ("test", "tests", "testing", "benchmarks") for p in parts):
+                continue
+            yield from functions(name, z.read(name).decode("utf-8", errors="replace"))
+
+
+def spread(items, count):
+    """`count` items spread evenly over the list rather than its first entries."""
+    step = len(items) / count
+    return [items[int(i * step)] for i in range(count)]
+
+
 def chat_prompts(functions, count):
     """`count` chat requests: greetings, topic questions, then requests about stdlib functions."""
     fixed = GREETINGS + [t.format(t=topic) for topic in TOPICS for t in TOPIC_TEMPLATES]
@@ -87,6 +105,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=400, help="code-completion prompts")
     ap.add_argument("--chat-count", type=int, default=0, help="chat prompts (written with \"chat\": true)")
+    ap.add_argument("--wheel", action="append", default=[],
+                    help="a Python wheel whose functions give more code prompts (repeatable)")
+    ap.add_argument("--wheel-count", type=int, default=0, help="code prompts from the wheels, spread over them all")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     stdlib = sysconfig.get_paths()["stdlib"]
@@ -98,16 +119,20 @@ def main():
                 prompts.extend(functions(os.path.join(root, name)))
     if len(prompts) < args.count:
         raise SystemExit(f"only {len(prompts)} functions with docstrings found in {stdlib}")
-    # Spread the picks over the whole library rather than the first modules alphabetically.
-    step = len(prompts) / args.count
-    picked = [prompts[int(i * step)]["code"] for i in range(args.count)]
+    picked = [p["code"] for p in spread(prompts, args.count)]
     chats = chat_prompts(prompts, args.chat_count)
+    extra = [f for wheel in args.wheel for f in wheel_functions(wheel)]
+    if len(extra) < args.wheel_count:
+        raise SystemExit(f"only {len(extra)} functions with docstrings found in {', '.join(args.wheel) or 'no wheel'}")
+    if args.wheel_count:
+        picked += [p["code"] for p in spread(extra, args.wheel_count)]
     with open(args.out, "w", encoding="utf-8") as f:
         for p in picked:
             f.write(json.dumps({"prompt": p}) + "\n")
         for p in chats:
             f.write(json.dumps({"prompt": p, "chat": True}) + "\n")
-    print(f"wrote {args.out}: {len(picked)} code and {len(chats)} chat prompts from {len(prompts)} stdlib functions in {stdlib}")
+    print(f"wrote {args.out}: {len(picked)} code and {len(chats)} chat prompts from {len(prompts)} stdlib functions in {stdlib}"
+          f" and {len(extra)} functions in {len(args.wheel)} wheel(s)")
 
 
 if __name__ == "__main__":

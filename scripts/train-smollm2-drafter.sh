@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Trains the SmolLM2 drafter shipped in drafters/smollm2-135m-instruct-domino on 153k self-distilled
-# tokens, in one command (the recipe of issue 14), on the 2-core build machine (about an hour:
-# data ~20 min, training ~45 min; see docs/training.md):
+# Trains the SmolLM2 drafter shipped in drafters/smollm2-135m-instruct-domino on ~300k self-distilled
+# tokens, in one command (the recipe of issue 14), on the 2-core build machine (under two hours:
+# data ~40 min, training ~50 min; see docs/training.md):
 #
 #   bash scripts/train-smollm2-drafter.sh [OUT_DIR]     # default OUT_DIR: drafters/smollm2-135m-instruct-domino
 #
-# 1. prompts: 800 function signatures + docstrings of the Python standard library and 192 chat
-#    requests (greetings, general questions, requests about other stdlib functions), from
+# 1. prompts: 800 function signatures + docstrings of the Python standard library, 1000 of the
+#    wheels of sympy 1.14.0 and networkx 3.6.1 (downloaded from PyPI; docstrings with doctests) and
+#    192 chat requests (greetings, general questions, requests about other stdlib functions), from
 #    scripts/drafter-prompts.py; NOT HumanEval, which evaluates the drafter,
 # 2. `domino train data --device cpu`: SmolLM2-135M-Instruct's own greedy continuations (up to 192
-#    tokens each; 153,008 tokens in all) and its features at target layers 1, 8, 14, 20, 27, from the
+#    tokens each; 322,370 tokens in all) and its features at target layers 1, 8, 14, 20, 27, from the
 #    native CPU forward of the same Q4_1 weights (docs/training.md: the same text as the engine),
 # 3. `domino train drafter --loss sampled --scale-features`: burn on the CPU, base-anchored
 #    curriculum (spec §6), one draft layer initialised from the target's last layer, block 8,
@@ -23,7 +24,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 out="${1:-drafters/smollm2-135m-instruct-domino}"
 cache="${DOMINO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/domino}"
-work="${WORK:-$cache/smollm2-drafter-work3}"
+work="${WORK:-$cache/smollm2-drafter-work4}"
 steps="${STEPS:-1600}"
 stop_after="${STOP_AFTER:-$steps}"
 mkdir -p "$work"
@@ -32,7 +33,9 @@ bash scripts/setup.sh
 cargo build --release -p domino-cli
 domino="$root/target/release/domino"
 
-python3 scripts/drafter-prompts.py --count 800 --chat-count 192 --out "$work/prompts.jsonl"
+python3 -m pip download --quiet --no-deps -d "$work/wheels" sympy==1.14.0 networkx==3.6.1
+python3 scripts/drafter-prompts.py --count 800 --chat-count 192 --out "$work/prompts.jsonl" \
+    --wheel "$work/wheels/sympy-1.14.0-py3-none-any.whl" --wheel "$work/wheels/networkx-3.6.1-py3-none-any.whl" --wheel-count 1000
 "$domino" train data --prompts "$work/prompts.jsonl" --out "$work/data" --max-new-tokens 192 \
     --shard-size 32 --batch 32 --device cpu
 "$domino" train drafter --data "$work/data" --out "$work/drafter-scaled" --layers 1 --block-size 8 \
