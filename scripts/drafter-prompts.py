@@ -6,9 +6,12 @@ request starts ("def name(args):\n    \"\"\"doc\"\"\"\n"); the target model writ
 Chat prompts (--chat-count, written with "chat": true so `train data` wraps them in the chat
 template): requests built from other stdlib functions' summaries ("Write a Python function ...",
 "Explain what ... does", "How would I use ...") and general questions from a fixed topic list.
+More code prompts (--wheel, --wheel-count): functions of other Python packages' wheels, read from the
+zip, tests excluded, written after the stdlib ones.
 Deterministic: modules in sorted order, functions in file order, picks spread evenly.
 
     python3 scripts/drafter-prompts.py --count 400 --chat-count 300 --out prompts.jsonl
+    python3 scripts/drafter-prompts.py --count 800 --chat-count 192 --wheel sympy-1.14.0-py3-none-any.whl --wheel-count 1000 --out prompts.jsonl
 """
 import argparse
 import ast

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Trains the SmolLM2 drafter shipped in drafters/smollm2-135m-instruct-domino on ~300k self-distilled
+# Trains the SmolLM2 drafter shipped in drafters/smollm2-135m-instruct-domino on 322k self-distilled
 # tokens, in one command (the recipe of issue 14), on the 2-core build machine (under two hours:
-# data ~40 min, training ~50 min; see docs/training.md):
+# data ~40 min, training ~47 min; see docs/training.md):
 #
 #   bash scripts/train-smollm2-drafter.sh [OUT_DIR]     # default OUT_DIR: drafters/smollm2-135m-instruct-domino
 #
