@@ -17,6 +17,11 @@ use std::path::{Path, PathBuf};
 pub struct CalibrationKey {
     pub model: String,
     pub drafter: String,
+    /// Sizes and modification times of the model's and the drafter's files: a drafter retrained
+    /// into the same folder (or a model replaced at the same path) must not inherit the old
+    /// one's acceptance history or costs.
+    #[serde(default)]
+    pub files: String,
     pub block_size: usize,
     /// Token ids a draft may be (`--draft-vocab`): the draft's lm_head cost follows it.
     #[serde(default)]
@@ -37,6 +42,7 @@ impl CalibrationKey {
         Self {
             model: canonical(model),
             drafter: canonical(drafter_dir),
+            files: format!("{}; {}", fingerprint(model), fingerprint(drafter_dir)),
             block_size: drafter.config.block_size,
             draft_vocab: drafter.draft_vocab(),
             use_head,
@@ -54,6 +60,29 @@ impl CalibrationKey {
         self.hash(&mut h);
         cache_dir().join("calibration").join(format!("{:016x}.json", h.finish()))
     }
+}
+
+/// `name:bytes:mtime` of a file, or of each file directly inside a folder (sorted by name). Cheap
+/// (no file is read) and changed by any rewrite of the weights.
+fn fingerprint(path: &Path) -> String {
+    let stamp = |p: &Path, m: &std::fs::Metadata| {
+        let mtime = m.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos());
+        format!("{}:{}:{mtime}", p.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()), m.len())
+    };
+    let Ok(meta) = std::fs::metadata(path) else { return String::new() };
+    if !meta.is_dir() {
+        return stamp(path, &meta);
+    }
+    let mut files: Vec<String> = std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok().filter(|m| m.is_file()).map(|m| stamp(&e.path(), &m)))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files.join(",")
 }
 
 /// The kernel variant as the key records it: the caps without the memory budget, which follows the
@@ -143,5 +172,20 @@ mod tests {
         let less_free = domino_engine::Caps { memory_budget: Some(23_811_682_304), ..caps };
         assert_eq!(caps_key(&caps), caps_key(&less_free));
         assert_ne!(caps_key(&caps), caps_key(&domino_engine::Caps { gpu_kernels: true, ..caps }));
+    }
+
+    #[test]
+    fn rewriting_a_drafter_in_place_changes_its_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        std::fs::write(dir.path().join("model.safetensors"), [0u8; 8]).unwrap();
+        let before = fingerprint(dir.path());
+        assert_eq!(before, fingerprint(dir.path()), "the same files give the same fingerprint");
+        assert!(before.contains("config.json:2:") && before.contains("model.safetensors:8:"), "{before}");
+        std::fs::write(dir.path().join("model.safetensors"), [0u8; 16]).unwrap();
+        assert_ne!(before, fingerprint(dir.path()), "retrained weights must not reuse the old calibration");
+        let file = dir.path().join("model.safetensors");
+        assert!(fingerprint(&file).starts_with("model.safetensors:16:"));
+        assert_eq!(fingerprint(&dir.path().join("missing")), "");
     }
 }
