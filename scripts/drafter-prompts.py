@@ -87,6 +87,8 @@ def wheel_functions(wheel):
 
 def spread(items, count):
     """`count` items spread evenly over the list rather than its first entries."""
+    if count == 0:
+        return []
     step = len(items) / count
     return [items[int(i * step)] for i in range(count)]
 
@@ -104,6 +106,11 @@ def chat_prompts(functions, count):
     return out
 
 
+def function_chats(functions, count):
+    """`count` chat requests about the given functions only (no greetings or topic questions)."""
+    return [CHAT_TEMPLATES[i % len(CHAT_TEMPLATES)].format(**f) for i, f in enumerate(spread(functions, count))]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=400, help="code-completion prompts")
@@ -111,6 +118,8 @@ def main():
     ap.add_argument("--wheel", action="append", default=[],
                     help="a Python wheel whose functions give more code prompts (repeatable)")
     ap.add_argument("--wheel-count", type=int, default=0, help="code prompts from the wheels, spread over them all")
+    ap.add_argument("--chat-wheel-count", type=int, default=0,
+                    help="chat requests about wheel functions (other than the code prompts' ones where the wheels have enough)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     stdlib = sysconfig.get_paths()["stdlib"]
@@ -127,8 +136,9 @@ def main():
     extra = [f for wheel in args.wheel for f in wheel_functions(wheel)]
     if len(extra) < args.wheel_count:
         raise SystemExit(f"only {len(extra)} functions with docstrings found in {', '.join(args.wheel) or 'no wheel'}")
-    if args.wheel_count:
-        picked += [p["code"] for p in spread(extra, args.wheel_count)]
+    picked += [p["code"] for p in spread(extra, args.wheel_count)]
+    # Offset by half a step so that the chats ask about functions between the code prompts' ones.
+    chats += function_chats(extra[len(extra) // max(2 * args.chat_wheel_count, 1):], args.chat_wheel_count) if extra else []
     with open(args.out, "w", encoding="utf-8") as f:
         for p in picked:
             f.write(json.dumps({"prompt": p}) + "\n")
