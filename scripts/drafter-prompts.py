@@ -136,9 +136,12 @@ def main():
     extra = [f for wheel in args.wheel for f in wheel_functions(wheel)]
     if len(extra) < args.wheel_count:
         raise SystemExit(f"only {len(extra)} functions with docstrings found in {', '.join(args.wheel) or 'no wheel'}")
+    if len(extra) < args.chat_wheel_count:
+        raise SystemExit(f"only {len(extra)} functions with docstrings for --chat-wheel-count {args.chat_wheel_count}")
     picked += [p["code"] for p in spread(extra, args.wheel_count)]
-    # Offset by half a step so that the chats ask about functions between the code prompts' ones.
-    chats += function_chats(extra[len(extra) // max(2 * args.chat_wheel_count, 1):], args.chat_wheel_count) if extra else []
+    # Skip the first half step of the chats' spacing so that they mostly ask about other functions
+    # than the code prompts' (the exact slice is kept: data made from these prompts depends on it).
+    chats += function_chats(extra[len(extra) // max(2 * args.chat_wheel_count, 1):], args.chat_wheel_count)
     with open(args.out, "w", encoding="utf-8") as f:
         for p in picked:
             f.write(json.dumps({"prompt": p}) + "\n")
