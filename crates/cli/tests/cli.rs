@@ -234,7 +234,7 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
     write_tiny_drafter(&d, &spec, &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 4, ..TinyDrafterSpec::default() }).unwrap();
     let common = ["--prompt-ids", "5,6,7,8", "--max-tokens", "19", "--ignore-eos"];
     let plain = json_generate(dir.path(), &common);
-    for extra in [vec![], vec!["--no-head"], vec!["--block-size", "3"], vec!["--draft-len", "0"], vec!["--draft-len", "2"], vec!["--draft-len", "auto", "--no-head"]] {
+    for extra in [vec![], vec!["--no-head"], vec!["--block-size", "3"], vec!["--draft-len", "0"], vec!["--draft-len", "2"], vec!["--draft-len", "auto", "--no-head"], vec!["--timing", "--draft-len", "2"]] {
         let mut args = common.to_vec();
         args.extend(["--draft", d.to_str().unwrap()]);
         args.extend(extra.iter().copied());
@@ -252,6 +252,15 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
         for key in ["draft_seconds", "verify_seconds", "head_share", "mean_draft_length"] {
             assert!(v["stats"][key].as_f64().unwrap().is_finite(), "{key}");
         }
+        // The draft / verify split only with --timing (its GPU syncs slow the rounds down).
+        let drafted = ks.iter().any(|&k| k > 0);
+        let draft_seconds = v["stats"]["draft_seconds"].as_f64().unwrap();
+        if extra.contains(&"--timing") {
+            assert!(drafted && draft_seconds > 0.0, "--timing: {ks:?}, draft {draft_seconds}");
+        } else {
+            assert_eq!(draft_seconds, 0.0, "{extra:?}: no split without --timing");
+        }
+        assert!(v["stats"]["verify_seconds"].as_f64().unwrap() > 0.0, "{extra:?}");
     }
     // A drafter for another target: one clear error line.
     let other = TinySpec { hidden: 96, ..TinySpec::default() };

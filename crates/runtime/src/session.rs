@@ -152,6 +152,11 @@ impl<'m> Session<'m> {
 
         // Prefill: the prompt rows not cached, logits of the last one, the first token sampled into ids[n].
         let t0 = now();
+        if opts.max_tokens > 1 {
+            // Compile the decode step's pipelines now (recorded, never submitted): shader
+            // compilation belongs to the time to first token, not to the decode rate.
+            drop(self.record_step(n as u32, 1, &opts.sampling)?);
+        }
         let first = read_token(self.submit_step(reuse as u32, (n - reuse) as u32, &opts.sampling)?.wait(gpu).await?);
         let t1 = now();
         stats.prefill_seconds = t1 - t0;
@@ -201,12 +206,18 @@ impl<'m> Session<'m> {
     /// One submission: forward rows [pos0, pos0 + rows), sample the token after them into
     /// ids[pos0 + rows], and copy that id (4 bytes) out for reading.
     fn submit_step(&self, pos0: u32, rows: u32, sampling: &SamplingConfig) -> Result<PendingRead> {
+        let next = pos0 + rows;
+        Ok(self.record_step(pos0, rows, sampling)?.submit_with_read(&self.state.ids, next as u64 * 4, 4)?)
+    }
+
+    /// `submit_step`'s work, recorded.
+    fn record_step(&self, pos0: u32, rows: u32, sampling: &SamplingConfig) -> Result<Step<'m>> {
         let model = self.model;
         let mut step = Step::new(&model.gpu);
         model.record_forward(&mut step, &self.state, &Forward { pos0, n_rows: rows, logits_from: rows - 1, capture: None })?;
         let next = pos0 + rows;
         model.record_sample(&mut step, &self.state, 1, sampling, next, &self.state.ids, next)?;
-        Ok(step.submit_with_read(&self.state.ids, next as u64 * 4, 4)?)
+        Ok(step)
     }
 }
 

@@ -199,6 +199,18 @@ impl<'m> SpeculativeSession<'m> {
         self.record_verify(step, start, k, if k == 0 { pending } else { 0 }, layers, sampling)
     }
 
+    /// Compile the pipelines of every round this generation may run (k = 0..=max_draft_len(), with a
+    /// context append), by recording them at anchor `start` into steps that are never submitted:
+    /// shader compilation belongs to the time to first token, not inside the decode, where a weak
+    /// drafter's first drafting round of a process would otherwise cost seconds on a CPU adapter.
+    fn compile_rounds(&self, start: u32, sampling: &SamplingConfig, use_head: bool) -> Result<()> {
+        for k in 0..=self.max_draft_len() as u32 {
+            let mut step = Step::new(&self.target.gpu);
+            self.record_round(&mut step, start, k, if k == 0 { 1 } else { 2 }.min(start), sampling, use_head)?;
+        }
+        Ok(())
+    }
+
     /// The draft pass up to the drafts: the `pending` context rows, then the block through the
     /// backbone with base logits for k drafts.
     fn record_draft(&self, step: &mut Step, start: u32, k: u32, pending: u32) -> Result<()> {
@@ -258,6 +270,9 @@ impl<'m> SpeculativeSession<'m> {
 
         // Prefill in chunks: target rows with feature capture, then the drafter's context from them.
         let t0 = now();
+        if opts.max_tokens > 1 {
+            self.compile_rounds(n as u32, &opts.sampling, spec.use_head)?;
+        }
         let mut step = Step::new(gpu);
         let mut r0 = 0;
         while r0 < n {
