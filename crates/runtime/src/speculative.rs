@@ -202,8 +202,8 @@ impl<'m> SpeculativeSession<'m> {
     /// Compile the pipelines of every round this generation may run (k = 0..=max_draft_len(), with a
     /// context append), by recording them at anchor `start` into steps that are never submitted:
     /// shader compilation belongs to the time to first token, not inside the decode, where a weak
-    /// drafter's first drafting round of a process would otherwise pay for it (on llvmpipe a 9-token
-    /// chat reply ran at 0.62x plain without this; recording costs only CPU time, every call).
+    /// drafter's first drafting round of a process would otherwise pay for it (recording costs only
+    /// CPU time, every call).
     fn compile_rounds(&self, start: u32, sampling: &SamplingConfig, use_head: bool) -> Result<()> {
         for k in 0..=self.max_draft_len() as u32 {
             let mut step = Step::new(&self.target.gpu);
