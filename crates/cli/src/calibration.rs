@@ -138,7 +138,8 @@ pub fn save_acceptance(session: &SpeculativeSession, key: &CalibrationKey) {
 /// that cannot be written only costs the next run a calibration).
 pub fn round_costs(session: &mut SpeculativeSession, key: &CalibrationKey, quiet: bool) -> Result<RoundCosts, CliError> {
     let path = key.path();
-    if let Some(file) = read_file(key).filter(|f| f.costs.max_k() == session.max_draft_len() && f.costs.seconds.iter().all(|s| s.is_finite() && *s > 0.0)) {
+    // A table from before lookup rounds were timed (no verify-only times) is calibrated again.
+    if let Some(file) = read_file(key).filter(|f| f.costs.is_complete(session.max_draft_len())) {
         return Ok(file.costs);
     }
     if !quiet {

@@ -94,7 +94,7 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
             }
             DraftLen::Fixed(_) => None,
         };
-        spec = Some((session, SpeculativeOptions { use_head: true, timing: false, draft_len: args.draft_len, costs, refine_costs: true }));
+        spec = Some((session, SpeculativeOptions { use_head: true, timing: false, draft_len: args.draft_len, costs, refine_costs: true, lookup: false }));
     }
     let system: Vec<ChatMessage> = args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
     let mut history = system.clone();

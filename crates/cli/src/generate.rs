@@ -69,6 +69,12 @@ pub struct GenerateArgs {
     /// the drafter's running acceptance; 0 = a plain step) or a fixed number.
     #[arg(long, default_value = "auto", value_parser = DraftLen::parse)]
     pub draft_len: DraftLen,
+    /// Also draft by prompt lookup: where the text so far repeats (the longest earlier occurrence of
+    /// its last 1-3 tokens), a round may verify the tokens that followed it instead of the
+    /// drafter's, with no draft pass, when that is expected to commit more tokens per second.
+    /// Output is unchanged. Needs --draft-len auto.
+    #[arg(long, requires = "draft")]
+    pub lookup: bool,
     /// KV cache capacity in positions (prompt + generated tokens). Default: the prompt plus
     /// --max-tokens, within the model's max_position_embeddings. Checked against the adapter's
     /// memory limits before anything is uploaded.
@@ -79,6 +85,9 @@ pub struct GenerateArgs {
 pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     if !(args.temperature >= 0.0) || !(0.0..=1.0).contains(&args.top_p) || args.top_p == 0.0 {
         return Err(CliError::Usage("--temperature must be >= 0 and --top-p in (0, 1]".into()));
+    }
+    if args.lookup && args.draft_len != DraftLen::Auto {
+        return Err(CliError::Usage(format!("--lookup needs --draft-len auto (got --draft-len {})", args.draft_len)));
     }
     let format = parse_dtype(&args.device.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
@@ -150,7 +159,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                 }
                 DraftLen::Fixed(_) => None,
             };
-            let spec = SpeculativeOptions { use_head, timing: args.timing, draft_len: args.draft_len, costs, refine_costs: true };
+            let spec = SpeculativeOptions { use_head, timing: args.timing, draft_len: args.draft_len, costs, refine_costs: true, lookup: args.lookup };
             let (g, s) = pollster::block_on(session.generate(&prompt_ids, &opts, &spec, &mut on_token))?;
             if args.draft_len == DraftLen::Auto && opts.sampling.is_greedy() {
                 calibration::save_acceptance(&session, &key);

@@ -234,7 +234,7 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
     write_tiny_drafter(&d, &spec, &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 4, ..TinyDrafterSpec::default() }).unwrap();
     let common = ["--prompt-ids", "5,6,7,8", "--max-tokens", "19", "--ignore-eos"];
     let plain = json_generate(dir.path(), &common);
-    for extra in [vec![], vec!["--no-head"], vec!["--block-size", "3"], vec!["--draft-len", "0"], vec!["--draft-len", "2"], vec!["--draft-len", "auto", "--no-head"], vec!["--timing", "--draft-len", "2"]] {
+    for extra in [vec![], vec!["--no-head"], vec!["--block-size", "3"], vec!["--draft-len", "0"], vec!["--draft-len", "2"], vec!["--draft-len", "auto", "--no-head"], vec!["--timing", "--draft-len", "2"], vec!["--lookup"]] {
         let mut args = common.to_vec();
         args.extend(["--draft", d.to_str().unwrap()]);
         args.extend(extra.iter().copied());
@@ -249,6 +249,8 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
             let k: usize = extra[i + 1].parse().unwrap();
             assert!(ks.iter().all(|&d| d == k), "{extra:?}: {ks:?}");
         }
+        let lookup_rounds = v["stats"]["lookup_rounds"].as_u64().unwrap() as usize;
+        assert!(lookup_rounds <= lengths.len() && (lookup_rounds == 0 || extra.contains(&"--lookup")), "{extra:?}: {lookup_rounds}");
         for key in ["draft_seconds", "verify_seconds", "head_share", "mean_draft_length"] {
             assert!(v["stats"][key].as_f64().unwrap().is_finite(), "{key}");
         }
@@ -274,6 +276,8 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
     let out = domino(&["generate", "--model", m, "--draft", d.to_str().unwrap(), "--draft-len", "many", "--prompt-ids", "1,2"]);
     assert_eq!(out.status.code(), Some(2), "clap rejects a bad --draft-len");
     assert!(String::from_utf8_lossy(&out.stderr).contains("draft-len"));
+    let e = expect_error(&["generate", "--model", m, "--draft", d.to_str().unwrap(), "--lookup", "--draft-len", "2", "--prompt-ids", "1,2"]);
+    assert!(e.contains("--lookup") && e.contains("--draft-len auto"), "{e}");
 }
 
 fn plan_json(args: &[&str]) -> serde_json::Value {

@@ -77,6 +77,9 @@ pub struct BenchPlan {
     pub split_prompts: Option<usize>,
     /// Drafts verified per round in the speculative modes.
     pub draft_len: DraftLen,
+    /// Measure the drafter's full mode once more with prompt lookup drafts (`--lookup`; needs
+    /// `DraftLen::Auto`).
+    pub lookup: bool,
     /// Bytes the copy-bandwidth kernel moves (capped by the adapter's binding limit).
     pub copy_bytes: u64,
 }
@@ -91,13 +94,28 @@ impl BenchPlan {
     }
 }
 
-/// The speculative modes measured for a drafter: `(name, use_head)`.
-pub fn speculative_modes(drafter: &DrafterModel) -> Vec<(&'static str, bool)> {
-    if drafter.head.is_some() {
-        vec![("backbone (--no-head)", false), ("domino", true)]
+/// A speculative mode of the bench.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecMode {
+    pub name: &'static str,
+    pub use_head: bool,
+    /// Prompt lookup drafts beside the drafter's (`SpeculativeOptions::lookup`).
+    pub lookup: bool,
+}
+
+/// The speculative modes measured for a drafter; with `lookup`, its full mode (Domino with its head,
+/// or DFlash) once more with prompt lookup drafts.
+pub fn speculative_modes(drafter: &DrafterModel, lookup: bool) -> Vec<SpecMode> {
+    let mode = |name, use_head, lookup| SpecMode { name, use_head, lookup };
+    let mut modes = if drafter.head.is_some() {
+        vec![mode("backbone (--no-head)", false, false), mode("domino", true, false)]
     } else {
-        vec![("dflash", false)]
+        vec![mode("dflash", false, false)]
+    };
+    if lookup {
+        modes.push(if drafter.head.is_some() { mode("domino + lookup", true, true) } else { mode("dflash + lookup", false, true) });
     }
+    modes
 }
 
 /// A progress event: a mode starts, or one run (or the copy-bandwidth measurement) finished.
@@ -233,7 +251,10 @@ pub async fn measure<E: From<RuntimeError>>(
     if let Some(drafter) = drafter {
         let memory = target_memory(model, plan.spec_capacity) + drafter_memory(drafter);
         let mut spec = SpeculativeSession::new(model, drafter, plan.spec_capacity)?;
-        for (name, use_head) in speculative_modes(drafter) {
+        if plan.lookup && plan.draft_len != DraftLen::Auto {
+            return Err(RuntimeError::Unsupported(format!("prompt lookup drafts need the adaptive draft length (auto), not a fixed {}", plan.draft_len)).into());
+        }
+        for SpecMode { name, use_head, lookup } in speculative_modes(drafter, plan.lookup) {
             progress(BenchProgress::Mode(name));
             let mut m = Measured { memory, ..Default::default() };
             let costs = match plan.draft_len {
@@ -243,7 +264,7 @@ pub async fn measure<E: From<RuntimeError>>(
             // Run 0 warms up; runs 1..=R per prompt measure throughput without timing syncs; one more
             // run per prompt (the first split_prompts) measures the draft / verify / head split (its
             // syncs would slow the throughput runs).
-            let so = |timing: bool| SpeculativeOptions { use_head, timing, draft_len: plan.draft_len, costs: costs.clone(), refine_costs: true };
+            let so = |timing: bool| SpeculativeOptions { use_head, timing, draft_len: plan.draft_len, costs: costs.clone(), refine_costs: true, lookup };
             spec.generate(&prompts[0], &opts, &so(false), &mut |_| true).await?;
             progress(BenchProgress::Done(name));
             let split_prompts = plan.split_prompts.unwrap_or(prompts.len());

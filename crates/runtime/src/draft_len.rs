@@ -56,14 +56,38 @@ impl std::fmt::Display for DraftLen {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundCosts {
     pub seconds: Vec<f64>,
+    /// Seconds of a round that verifies k drafts it did not draft (prompt lookup, `lookup.rs`): the
+    /// (k + 1)-row verify and acceptance alone. Empty in tables from before lookup drafts existed
+    /// (then `seconds` stands in, which overprices a copy by the draft pass).
+    #[serde(default)]
+    pub verify_seconds: Vec<f64>,
 }
 
 /// Weight of a new round time in the running estimate of its k.
 const COST_SMOOTHING: f64 = 0.2;
 
 impl RoundCosts {
+    /// A table whose verify-only times are those of whole rounds (no lookup measurements).
+    pub fn from_rounds(seconds: Vec<f64>) -> Self {
+        Self { seconds, verify_seconds: Vec::new() }
+    }
+
     pub fn max_k(&self) -> usize {
         self.seconds.len().saturating_sub(1)
+    }
+
+    /// Whether the table holds a finite positive time for every k = 0..=max_k, verify-only included.
+    pub fn is_complete(&self, max_k: usize) -> bool {
+        let ok = |v: &[f64]| v.len() == max_k + 1 && v.iter().all(|s| s.is_finite() && *s > 0.0);
+        ok(&self.seconds) && ok(&self.verify_seconds)
+    }
+
+    /// Seconds of a round verifying k given drafts (k = 0: a plain step).
+    pub fn verify_cost(&self, k: usize) -> f64 {
+        if k == 0 {
+            return self.seconds[0];
+        }
+        self.verify_seconds.get(k).or(self.seconds.get(k)).copied().unwrap_or(f64::MAX)
     }
 
     /// Fold in a measured round time for k: every k's estimate moves by the same factor, the one
@@ -74,11 +98,23 @@ impl RoundCosts {
     /// plain step's grows with the context, making drafting look cheaper than it is.
     pub fn observe(&mut self, k: usize, seconds: f64) {
         if let Some(&c) = self.seconds.get(k) {
-            if c > 0.0 {
-                let s = seconds.min(3.0 * c).max(0.0);
-                let factor = 1.0 + COST_SMOOTHING * (s / c - 1.0);
-                self.seconds.iter_mut().for_each(|x| *x *= factor);
-            }
+            self.scale_towards(c, seconds);
+        }
+    }
+
+    /// As `observe`, for a round that verified k given drafts (a lookup round).
+    pub fn observe_verify(&mut self, k: usize, seconds: f64) {
+        let c = self.verify_cost(k);
+        if c.is_finite() {
+            self.scale_towards(c, seconds);
+        }
+    }
+
+    fn scale_towards(&mut self, estimate: f64, seconds: f64) {
+        if estimate > 0.0 {
+            let s = seconds.min(3.0 * estimate).max(0.0);
+            let factor = 1.0 + COST_SMOOTHING * (s / estimate - 1.0);
+            self.seconds.iter_mut().chain(self.verify_seconds.iter_mut()).for_each(|x| *x *= factor);
         }
     }
 }
@@ -300,6 +336,12 @@ impl DraftScheduler {
         argmax(&self.values(usize::MAX), 0)
     }
 
+    /// The expected tokens per second of `best_k` (what another source of drafts must beat).
+    pub fn best_value(&self) -> f64 {
+        let values = self.values(usize::MAX);
+        values[argmax(&values, 0)]
+    }
+
     /// Drafts to verify in the next round.
     pub fn next_k(&mut self) -> usize {
         let max_k = self.costs.max_k();
@@ -390,7 +432,7 @@ mod tests {
 
     /// A CPU-adapter-like cost table: a 1-row pass 1.0, a draft pass 0.5, each extra verify row 0.25.
     fn costs(max_k: usize) -> RoundCosts {
-        RoundCosts { seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.25 * k as f64 }).collect() }
+        RoundCosts::from_rounds((0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.25 * k as f64 }).collect())
     }
 
     fn run(s: &mut DraftScheduler, rounds: usize, accept: impl Fn(usize) -> usize) -> Vec<usize> {
@@ -424,7 +466,7 @@ mod tests {
 
     /// A CPU-adapter-like table of a 17-row block where a full round costs 8.5 plain steps.
     fn long_block_costs() -> RoundCosts {
-        RoundCosts { seconds: (0..=16).map(|k| if k == 0 { 1.0 } else { 1.3 + 0.45 * k as f64 }).collect() }
+        RoundCosts::from_rounds((0..=16).map(|k| if k == 0 { 1.0 } else { 1.3 + 0.45 * k as f64 }).collect())
     }
 
     #[test]
@@ -440,7 +482,7 @@ mod tests {
         // Known to accept its first draft 47% of the time where a round of one draft costs 1.47
         // plain steps (SmolLM2's drafter on llvmpipe): 1.47 expected tokens for 1.47 steps does not
         // beat plain decoding by the surcharge, so the session decodes plainly until a probe.
-        let costs = RoundCosts { seconds: (0..=7).map(|k| if k == 0 { 1.0 } else { 1.27 + 0.2 * k as f64 }).collect() };
+        let costs = RoundCosts::from_rounds((0..=7).map(|k| if k == 0 { 1.0 } else { 1.27 + 0.2 * k as f64 }).collect());
         let mut history = AcceptanceCounts::new(7);
         for i in 0..100 {
             history.record(7, usize::from(i % 100 < 47));
@@ -476,7 +518,7 @@ mod tests {
     fn a_successful_probe_keeps_drafting() {
         // Costs on which the prior does not pay but perfect acceptance does: the session's first
         // round is a probe of one draft; once it is accepted, every round drafts the whole block.
-        let costs = RoundCosts { seconds: (0..=7).map(|k| if k == 0 { 1.0 } else { 2.6 + 0.3 * k as f64 }).collect() };
+        let costs = RoundCosts::from_rounds((0..=7).map(|k| if k == 0 { 1.0 } else { 2.6 + 0.3 * k as f64 }).collect());
         let mut s = DraftScheduler::new(DraftLen::Auto, costs.clone());
         let ks = run(&mut s, 30, |k| k);
         assert!(ks[0] == 1 && ks[1..].iter().all(|&k| k == 7), "{ks:?}");
@@ -501,7 +543,7 @@ mod tests {
         // three plain steps): after the opening probe, a drafter that is never accepted costs at
         // most PROBE_BUDGET over plain decoding.
         for step in [0.02, 0.1, 0.4, 1.0, 2.0] {
-            let costs = RoundCosts { seconds: (0..=7).map(|k| if k == 0 { 1.0 } else { 1.0 + step + 0.1 * k as f64 }).collect() };
+            let costs = RoundCosts::from_rounds((0..=7).map(|k| if k == 0 { 1.0 } else { 1.0 + step + 0.1 * k as f64 }).collect());
             let mut s = DraftScheduler::new(DraftLen::Auto, costs.clone());
             let ks = run(&mut s, 2000, |_| 0);
             let overhead = seconds(&costs, &ks[1..]) / (ks.len() - 1) as f64 - 1.0;
@@ -556,7 +598,7 @@ mod tests {
         assert!(threes >= 24 && ks[30..].iter().all(|&k| (3..=4).contains(&k)), "{ks:?}");
         // On a GPU-like table (verify rows almost free) the same drafter is drafted at least as far as
         // it is accepted; longer drafts cost almost nothing there, so the scheduler may keep them.
-        let gpu = RoundCosts { seconds: (0..=7).map(|k| if k == 0 { 1.0 } else { 1.1 + 0.01 * k as f64 }).collect() };
+        let gpu = RoundCosts::from_rounds((0..=7).map(|k| if k == 0 { 1.0 } else { 1.1 + 0.01 * k as f64 }).collect());
         let mut s = DraftScheduler::new(DraftLen::Auto, gpu);
         let ks = run(&mut s, 60, |k| k.min(3));
         assert!(ks[30..].iter().all(|&k| k >= 3), "{ks:?}");

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod clock;
 pub mod draft_len;
 pub mod error;
+pub mod lookup;
 pub mod memory;
 pub mod session;
 pub mod speculative;

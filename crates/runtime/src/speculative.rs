@@ -8,6 +8,7 @@
 use crate::clock::now;
 use crate::draft_len::{AcceptanceCounts, DraftLen, DraftScheduler, RoundCosts};
 use crate::error::{Result, RuntimeError};
+use crate::lookup::{LookupScheduler, NgramIndex};
 use crate::session::{validate_prompt, GenerateOptions, Generation, GenerationStats, StopReason, MAX_LOGIT_ROWS, MAX_ROWS};
 use domino_engine::step::finish;
 use domino_engine::{kernels, GpuBuffer, Rows, SamplingConfig, Step};
@@ -26,6 +27,10 @@ pub struct SpeculativeStats {
     pub draft_lengths: Vec<usize>,
     /// The mean of `draft_lengths`.
     pub mean_draft_length: f64,
+    /// Rounds whose drafts were copied by prompt lookup (`SpeculativeOptions::lookup`) instead of
+    /// drafted; they are in `acceptance_lengths` and `draft_lengths` too.
+    #[serde(default)]
+    pub lookup_rounds: usize,
     pub mean_acceptance: f64,
     pub rounds: usize,
     pub block_size: usize,
@@ -51,11 +56,15 @@ pub struct SpeculativeOptions {
     /// Refine the costs online from each greedy round's measured time (false: schedule with the
     /// costs as given, so a given table makes the schedule a function of the tokens alone).
     pub refine_costs: bool,
+    /// Also draft by prompt lookup (`lookup.rs`): where the text so far repeats, a round may verify
+    /// copied tokens instead of the drafter's, whichever is expected to commit more tokens per
+    /// second. Needs `DraftLen::Auto`.
+    pub lookup: bool,
 }
 
 impl Default for SpeculativeOptions {
     fn default() -> Self {
-        Self { use_head: true, timing: true, draft_len: DraftLen::Auto, costs: None, refine_costs: true }
+        Self { use_head: true, timing: true, draft_len: DraftLen::Auto, costs: None, refine_costs: true, lookup: false }
     }
 }
 
@@ -124,7 +133,7 @@ impl<'m> SpeculativeSession<'m> {
         }
         if let DraftLen::Fixed(_) = spec.draft_len {
             // A fixed k never consults the costs.
-            return Ok(RoundCosts { seconds: vec![1.0; max_k + 1] });
+            return Ok(RoundCosts::from_rounds(vec![1.0; max_k + 1]));
         }
         match &self.costs {
             Some((head, c)) if *head == spec.use_head => Ok(c.clone()),
@@ -176,16 +185,25 @@ impl<'m> SpeculativeSession<'m> {
         step.submit()?;
         finish(gpu).await?;
         let mut seconds = vec![f64::MAX; max_k + 1];
+        let mut verify_seconds = vec![f64::MAX; max_k + 1];
+        let greedy = SamplingConfig::greedy();
         for _ in 0..reps.max(1) + 1 {
-            for (k, best) in seconds.iter_mut().enumerate() {
-                let t0 = now();
-                let mut step = Step::new(gpu);
-                self.record_round(&mut step, ctx, k as u32, 1, &SamplingConfig::greedy(), use_head)?;
-                step.submit_and_read(&self.result, 0, 8).await?;
-                *best = best.min(now() - t0);
+            for k in 0..=max_k {
+                for (best, drafted) in [(&mut seconds[k], true), (&mut verify_seconds[k], false)] {
+                    let t0 = now();
+                    let mut step = Step::new(gpu);
+                    if drafted {
+                        self.record_round(&mut step, ctx, k as u32, 1, &greedy, use_head)?;
+                    } else {
+                        // A lookup round: the verify alone, its feature rows queued like a plain step's.
+                        self.record_verify(&mut step, ctx, k as u32, 1, &layers, &greedy)?;
+                    }
+                    step.submit_and_read(&self.result, 0, 8).await?;
+                    *best = best.min(now() - t0);
+                }
             }
         }
-        Ok(RoundCosts { seconds })
+        Ok(RoundCosts { seconds, verify_seconds })
     }
 
     /// Record one round at anchor position `start` into `step`: with k > 0 the draft (`record_draft`,
@@ -255,6 +273,9 @@ impl<'m> SpeculativeSession<'m> {
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<(Generation, SpeculativeStats)> {
         self.validate(prompt, opts.max_tokens)?;
+        if spec.lookup && spec.draft_len != DraftLen::Auto {
+            return Err(RuntimeError::Unsupported(format!("prompt lookup drafts need the adaptive draft length (auto), not a fixed {}", spec.draft_len)));
+        }
         let (target, drafter) = (self.target, self.drafter);
         let gpu = &target.gpu;
         let layers = drafter.config.target_layer_ids.clone();
@@ -317,10 +338,38 @@ impl<'m> SpeculativeSession<'m> {
         let history = &self.history[spec.use_head as usize];
         let mut scheduler = if greedy { DraftScheduler::with_history(spec.draft_len, costs, history) } else { DraftScheduler::new(spec.draft_len, costs) };
         let refine_costs = spec.refine_costs && greedy;
+        let max_k = self.max_draft_len();
+        // Prompt lookup: every committed token so far, and how far copies of each match length pay.
+        let mut lookup = spec.lookup.then(|| {
+            let mut index = NgramIndex::new();
+            index.extend(prompt);
+            index.extend(&output);
+            (index, LookupScheduler::new(max_k))
+        });
         while done.is_none() {
-            let k = scheduler.next_k() as u32;
-            if k == 0 && pending as usize == MAX_ROWS {
-                // The queue of plain steps' feature rows is full: append it to the draft context.
+            // Copied drafts (n-gram length, tokens) where they are expected to beat the drafter's
+            // best round (plain steps included); else the drafter's schedule decides.
+            let copied = match &mut lookup {
+                Some((index, chooser)) => index.propose(max_k).and_then(|p| {
+                    let (k, value) = chooser.choose(&p, &scheduler.costs);
+                    if k > 0 && value > scheduler.best_value() {
+                        Some((p.ngram, p.tokens[..k].to_vec()))
+                    } else {
+                        chooser.pass(p.ngram);
+                        None
+                    }
+                }),
+                None => None,
+            };
+            let k = match &copied {
+                Some((_, tokens)) => tokens.len() as u32,
+                None => scheduler.next_k() as u32,
+            };
+            // Rounds without a draft pass (plain steps, copies) queue their feature rows after the
+            // pending ones; the draft context takes them in at the next draft pass.
+            let queued = k == 0 || copied.is_some();
+            if queued && pending + k + 1 > MAX_ROWS as u32 {
+                // The queue of feature rows would overflow: append it to the draft context.
                 let mut step = Step::new(gpu);
                 drafter.record_context(&mut step, &self.draft, &self.feature_rows(), start - pending, pending)?;
                 step.submit()?;
@@ -328,7 +377,10 @@ impl<'m> SpeculativeSession<'m> {
             }
             let ta = now();
             let mut step = Step::new(gpu);
-            if k > 0 {
+            if let Some((_, tokens)) = &copied {
+                // Written before the step's submission runs (queue writes precede it).
+                gpu.write(&self.state.ids, start as u64 + 1, tokens);
+            } else if k > 0 {
                 self.record_draft(&mut step, start, k, pending)?;
                 let head_apart = spec.timing && drafter.runs_head(spec.use_head);
                 let mut head_start = 0.0;
@@ -350,7 +402,7 @@ impl<'m> SpeculativeSession<'m> {
                 }
             }
             let tb = now();
-            self.record_verify(&mut step, start, k, if k == 0 { pending } else { 0 }, &layers, &opts.sampling)?;
+            self.record_verify(&mut step, start, k, if queued { pending } else { 0 }, &layers, &opts.sampling)?;
             let bytes = step.submit_and_read(&self.result, 0, (k as u64 + 2) * 4).await?;
             let tc = now();
             if spec.timing {
@@ -361,20 +413,34 @@ impl<'m> SpeculativeSession<'m> {
             }
             let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             let a = words[0].min(k) as usize;
-            scheduler.observe(k as usize, a, if refine_costs && !spec.timing { tc - ta } else { scheduler.costs.seconds[k as usize] });
-            if greedy {
-                self.history[spec.use_head as usize].record(k as usize, a);
+            let committed = &words[1..a + 2];
+            if let Some((ngram, _)) = &copied {
+                if let Some((_, chooser)) = &mut lookup {
+                    chooser.observe(*ngram, k as usize, a);
+                }
+                if refine_costs && !spec.timing {
+                    scheduler.costs.observe_verify(k as usize, tc - ta);
+                }
+                spec_stats.lookup_rounds += 1;
+            } else {
+                scheduler.observe(k as usize, a, if refine_costs && !spec.timing { tc - ta } else { scheduler.costs.seconds[k as usize] });
+                if greedy {
+                    self.history[spec.use_head as usize].record(k as usize, a);
+                }
+            }
+            if let Some((index, _)) = &mut lookup {
+                index.extend(committed);
             }
             spec_stats.acceptance_lengths.push(a + 1);
             spec_stats.draft_lengths.push(k as usize);
-            for &tok in &words[1..a + 2] {
+            for &tok in committed {
                 done = emit(tok, &mut output);
                 if done.is_some() {
                     break;
                 }
             }
             start += a as u32 + 1;
-            pending = if k == 0 { pending + 1 } else { a as u32 + 1 };
+            pending = if queued { pending + a as u32 + 1 } else { a as u32 + 1 };
         }
         stop_reason = done.unwrap_or(stop_reason);
         stats.decode_seconds = now() - t1;

@@ -33,6 +33,7 @@ fn measure_runs_every_mode_and_counts_each_round_once() {
         spec_capacity: 64,
         split_prompts: Some(2),
         draft_len: DraftLen::Fixed(2),
+        lookup: false,
         copy_bytes: 1 << 20,
     };
     let mut events = Vec::new();
@@ -58,7 +59,7 @@ fn measure_runs_every_mode_and_counts_each_round_once() {
         let mut session = SpeculativeSession::new(&target, &drafter, 64).unwrap();
         let (mut accepted, mut drafted) = (Vec::new(), Vec::new());
         for p in &prompts {
-            let so = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(2), costs: None, refine_costs: true };
+            let so = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(2), costs: None, refine_costs: true, lookup: false };
             let opts = GenerateOptions { max_tokens: 9, ignore_eos: true, ..Default::default() };
             let (_, st) = block_on(session.generate(p, &opts, &so, &mut |_| true)).unwrap();
             for _ in 0..plan.runs {
@@ -87,4 +88,22 @@ fn measure_runs_every_mode_and_counts_each_round_once() {
     };
     block_on(bench::measure(&gpu, &target, Some(&drafter), &plan, &mut round_costs, &mut |_| {})).unwrap();
     assert_eq!(calibrations, 2);
+
+    // --lookup: the Domino mode once more with prompt lookup drafts (its own round costs too); with
+    // a fixed draft length it is refused before anything runs.
+    let plan = BenchPlan { lookup: true, ..plan };
+    let mut calibrations = 0;
+    let mut round_costs = |_: &mut SpeculativeSession<'_>, _: bool| -> Result<Option<RoundCosts>, RuntimeError> {
+        calibrations += 1;
+        Ok(None)
+    };
+    let mut events = Vec::new();
+    let r = block_on(bench::measure(&gpu, &target, Some(&drafter), &plan, &mut round_costs, &mut |p| events.push(format!("{p:?}")))).unwrap();
+    let names: Vec<&str> = r.modes.iter().map(|m| m.mode.as_str()).collect();
+    assert_eq!(names, ["plain", "backbone (--no-head)", "domino", "domino + lookup"]);
+    assert_eq!(calibrations, 3);
+    assert_eq!(events.iter().filter(|e| e.starts_with("Done")).count(), plan.progress_steps(3), "{events:?}");
+    let plan = BenchPlan { draft_len: DraftLen::Fixed(2), ..plan };
+    let err = block_on(bench::measure(&gpu, &target, Some(&drafter), &plan, &mut |_: &mut SpeculativeSession<'_>, _: bool| Ok::<_, RuntimeError>(None), &mut |_| {})).unwrap_err();
+    assert!(err.to_string().contains("prompt lookup"), "{err}");
 }

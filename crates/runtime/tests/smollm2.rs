@@ -95,7 +95,7 @@ fn shipped_smollm2_drafter_is_lossless_and_accepts() {
         for p in prompts {
             let ids = tok.encode(p).unwrap();
             let want = block_on(plain.generate(&ids, &opts, &mut |_| true)).unwrap().output_ids;
-            let (got, st) = block_on(spec.generate(&ids, &opts, &SpeculativeOptions { use_head: true, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None, refine_costs: true }, &mut |_| true)).unwrap();
+            let (got, st) = block_on(spec.generate(&ids, &opts, &SpeculativeOptions { use_head: true, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None, refine_costs: true, lookup: false }, &mut |_| true)).unwrap();
             assert_eq!(got.output_ids, want, "{name}: speculative output differs from plain greedy for {p:?}");
             lengths.extend(st.acceptance_lengths);
         }

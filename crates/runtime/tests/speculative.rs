@@ -74,7 +74,7 @@ fn speculative_greedy_is_lossless_and_matches_the_cpu_reference() {
                         // Lengths that end mid-round as well as on round boundaries.
                         for max_tokens in [1usize, 7, 20] {
                             let want = block_on(plain.generate(prompt, &greedy(max_tokens), &mut |_| true)).unwrap().output_ids;
-                            let opts = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None, refine_costs: true };
+                            let opts = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None, refine_costs: true, lookup: false };
                             let (got, stats) = block_on(spec.generate(prompt, &greedy(max_tokens), &opts, &mut |_| true)).unwrap();
                             let ctx = format!("{name} {kind:?} B={block} head={use_head} prompt={prompt:?} max={max_tokens}");
                             assert_eq!(got.output_ids, want, "{ctx}: speculative output differs from target-only greedy");
@@ -308,7 +308,7 @@ fn every_draft_length_schedule_gives_the_plain_greedy_output() {
             }
             // Adaptive, with a cost table on which drafting pays only while acceptance is high, so the
             // schedule moves between k = 0 and drafting (probes included).
-            let costs = RoundCosts { seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.3 + 0.1 * k as f64 }).collect() };
+            let costs = RoundCosts::from_rounds((0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.3 + 0.1 * k as f64 }).collect());
             let so = SpeculativeOptions { timing: false, draft_len: DraftLen::Auto, costs: Some(costs), ..Default::default() };
             let (got, st) = block_on(spec.generate(prompt, &greedy(80), &so, &mut |_| true)).unwrap();
             assert_eq!(got.output_ids, want, "{name} auto");
@@ -337,7 +337,7 @@ fn adaptive_draft_length_follows_the_drafter() {
     let drafter = DrafterModel::load(DrafterConfig::from_file(&d.join("config.json")).unwrap(), &Checkpoint::open(&d).unwrap(), &target, WeightFormat::F16).unwrap();
     let mut spec = SpeculativeSession::new(&target, &drafter, 256).unwrap();
     let max_k = spec.max_draft_len();
-    let table = |draft_pass: f64| RoundCosts { seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { draft_pass + 0.25 * k as f64 }).collect() };
+    let table = |draft_pass: f64| RoundCosts::from_rounds((0..=max_k).map(|k| if k == 0 { 1.0 } else { draft_pass + 0.25 * k as f64 }).collect());
     let fixed = |costs: RoundCosts| SpeculativeOptions { timing: false, draft_len: DraftLen::Auto, costs: Some(costs), refine_costs: false, ..Default::default() };
     let all_accepted = |st: &domino_runtime::SpeculativeStats| st.draft_lengths.iter().zip(&st.acceptance_lengths).all(|(k, a)| a == &(k + 1));
 
@@ -464,5 +464,45 @@ fn a_draft_vocabulary_shortlist_drafts_only_its_tokens_and_keeps_the_output() {
             drafter.set_draft_vocab(&target, None).unwrap();
             assert_eq!(drafter.draft_vocab(), 384);
         }
+    }
+}
+
+/// `SpeculativeOptions::lookup`: on the tiny target, whose greedy text soon repeats itself, rounds
+/// that verify tokens copied from earlier in the text commit more than one token, and the output
+/// stays exactly plain greedy (greedy) or reproducible from its seed (sampling), on every test
+/// adapter. 80 tokens: lookup rounds queue their feature rows like plain steps, past the 64-row
+/// queue. The cost table is fixed (CPU-adapter-like: a draft pass of half a step, a verify row a
+/// quarter), so the schedule depends on the tokens alone. A fixed draft length with lookup is refused.
+#[test]
+fn prompt_lookup_rounds_copy_repeated_text_and_keep_the_output() {
+    let p = pair(&target_spec(), &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 8, seed: 31, ..TinyDrafterSpec::default() });
+    for (name, gpu) in test_gpus() {
+        let (target, drafter) = load(&gpu, &p);
+        let mut plain = Session::new(&target, 128).unwrap();
+        let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
+        let max_k = spec.max_draft_len();
+        let costs = RoundCosts {
+            seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.25 * k as f64 }).collect(),
+            verify_seconds: (0..=max_k).map(|k| 1.0 + 0.25 * k as f64).collect(),
+        };
+        let so = SpeculativeOptions { timing: false, costs: Some(costs), refine_costs: false, lookup: true, ..Default::default() };
+        for prompt in [&[1u32, 2, 3][..], &[100, 7, 250, 31, 31, 9, 44]] {
+            let want = block_on(plain.generate(prompt, &greedy(80), &mut |_| true)).unwrap().output_ids;
+            let (got, st) = block_on(spec.generate(prompt, &greedy(80), &so, &mut |_| true)).unwrap();
+            assert_eq!(got.output_ids, want, "{name} {prompt:?}");
+            assert!(st.lookup_rounds > 0, "{name} {prompt:?}: no lookup round in {:?}", st.draft_lengths);
+            assert!(st.draft_lengths.iter().zip(&st.acceptance_lengths).all(|(k, a)| *a <= k + 1 && *k <= max_k), "{name}");
+            assert!(st.acceptance_lengths.iter().any(|&a| a > 2), "{name} {prompt:?}: copies never accepted: {:?}", st.acceptance_lengths);
+            // Every emitted token after the prefill's came from a round (the last may overshoot).
+            assert!(st.acceptance_lengths.iter().sum::<usize>() >= want.len() - 1, "{name}");
+        }
+        let sampled = GenerateOptions { max_tokens: 40, ignore_eos: true, sampling: domino_engine::SamplingConfig { temperature: 0.3, top_k: 0, top_p: 1.0, seed: 9 }, ..Default::default() };
+        let (a, st) = block_on(spec.generate(&[1, 2, 3], &sampled, &so, &mut |_| true)).unwrap();
+        let (b, _) = block_on(spec.generate(&[1, 2, 3], &sampled, &so, &mut |_| true)).unwrap();
+        assert_eq!(a.output_ids, b.output_ids, "{name}: sampled output with lookup must follow the seed");
+        assert!(st.lookup_rounds > 0, "{name}: no sampled lookup round");
+        let fixed = SpeculativeOptions { draft_len: DraftLen::Fixed(2), lookup: true, ..Default::default() };
+        let err = block_on(spec.generate(&[1, 2, 3], &greedy(5), &fixed, &mut |_| true)).unwrap_err();
+        assert!(err.to_string().contains("prompt lookup"), "{name}: {err}");
     }
 }

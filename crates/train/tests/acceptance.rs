@@ -37,7 +37,7 @@ fn mean_acceptance(target: &Qwen3Model, drafter_dir: &Path, prompts: &[Vec<u32>]
     let drafter = DrafterModel::load(cfg, &Checkpoint::open(drafter_dir).unwrap(), target, WeightFormat::F32).unwrap();
     let mut session = SpeculativeSession::new(target, &drafter, 128).unwrap();
     let opts = GenerateOptions { max_tokens: 48, ignore_eos: true, ..Default::default() };
-    let spec = SpeculativeOptions { use_head: true, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None, refine_costs: true };
+    let spec = SpeculativeOptions { use_head: true, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None, refine_costs: true, lookup: false };
     let (mut sum, mut rounds) = (0usize, 0usize);
     for p in prompts {
         let (_, stats) = pollster::block_on(session.generate(p, &opts, &spec, &mut |_| true)).unwrap();

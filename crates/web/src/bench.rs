@@ -78,9 +78,10 @@ pub async fn run(gpu: &Gpu, loaded: &mut Loaded, opts: &JsValue) -> Result<Value
         runs,
         split_prompts: None,
         draft_len: DraftLen::Auto,
+        lookup: false,
         copy_bytes,
     };
-    let steps_total = plan.progress_steps(loaded.drafter.as_ref().map_or(0, |d| bench::speculative_modes(d).len()));
+    let steps_total = plan.progress_steps(loaded.drafter.as_ref().map_or(0, |d| bench::speculative_modes(d, plan.lookup).len()));
     let mut steps = 0usize;
     let mut progress = |p: BenchProgress| {
         if let BenchProgress::Done(what) = p {

@@ -115,7 +115,7 @@ pub async fn generate(loaded: &mut Loaded, req: Request) -> Result<serde_json::V
     let (generation, spec_stats) = match (req.speculative, drafter) {
         (Some(use_head), Some(d)) => {
             let mut session = SpeculativeSession::new(model, d, capacity)?;
-            let spec = SpeculativeOptions { use_head, timing: true, draft_len: req.draft_len, costs: None, refine_costs: true };
+            let spec = SpeculativeOptions { use_head, timing: true, draft_len: req.draft_len, costs: None, refine_costs: true, lookup: false };
             let (g, s) = session.generate(&req.prompt_ids, &req.opts, &spec, &mut on_token).await?;
             (g, Some(s))
         }

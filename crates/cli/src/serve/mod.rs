@@ -192,7 +192,7 @@ fn drafting_for(model: &domino_models::Qwen3Model, a: &ReloadArgs, path: &std::p
     let drafter = load_drafter(model, draft, a.block_size, a.draft_vocab, drafter_format(dtype))?;
     let key = CalibrationKey::new(&model.gpu, path, std::path::Path::new(draft), &drafter, true, &a.dtype);
     let calibrate = Box::new(move |session: &mut domino_runtime::SpeculativeSession| calibration::round_costs(session, &key, false).map_err(|e| e.to_string()));
-    Ok(Some(engine::Drafting { drafter, options: SpeculativeOptions { use_head: true, timing: false, draft_len: a.draft_len, costs: None, refine_costs: true }, calibrate }))
+    Ok(Some(engine::Drafting { drafter, options: SpeculativeOptions { use_head: true, timing: false, draft_len: a.draft_len, costs: None, refine_costs: true, lookup: false }, calibrate }))
 }
 
 async fn serve(app: Arc<App>, host: &str, port: u16, slots: usize) -> Result<(), CliError> {

@@ -1,0 +1,210 @@
+//! Prompt-lookup drafts (`--lookup`): the tokens that followed the latest earlier occurrence of the
+//! sequence's last n tokens (n = 3, else 2, else 1), verified by the target like a drafter's drafts
+//! but with no draft pass at all.
+//!
+//! Small models repeat their prompt and themselves (identifiers, docstring examples, list items), so
+//! copying is often right where a drafter is not, and a round that only verifies costs less than
+//! one that drafts first. The copy is a deterministic function of the committed tokens, so greedy
+//! output stays the plain output and sampled acceptance (a point-mass proposal, as for the drafter's
+//! argmax drafts) stays exact.
+//!
+//! `LookupScheduler` decides how many copied tokens a round verifies: one `AcceptanceModel` per
+//! match length n (a 3-gram match is a far better bet than a 1-gram one), and the k that maximises
+//! expected tokens per second on the verify-only costs (`RoundCosts::verify_seconds`). The session
+//! compares that with the drafter's best round and runs the better one.
+
+use crate::draft_len::{AcceptanceModel, RoundCosts};
+use std::collections::HashMap;
+
+/// The longest suffix matched.
+pub const MAX_NGRAM: usize = 3;
+
+/// A match: the suffix length n it was found with and the tokens it proposes (at least one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    pub ngram: usize,
+    pub tokens: Vec<u32>,
+}
+
+/// The committed tokens and, for every n-gram (n = 1..=MAX_NGRAM) that has a continuation, where
+/// its latest occurrence is followed. Appending a token is O(MAX_NGRAM), a proposal O(MAX_NGRAM + k).
+#[derive(Debug, Clone, Default)]
+pub struct NgramIndex {
+    tokens: Vec<u32>,
+    /// (n, the n-gram padded with u32::MAX) -> index of the token after its latest occurrence.
+    next: HashMap<(usize, [u32; MAX_NGRAM]), usize>,
+}
+
+fn key(gram: &[u32]) -> (usize, [u32; MAX_NGRAM]) {
+    let mut k = [u32::MAX; MAX_NGRAM];
+    k[..gram.len()].copy_from_slice(gram);
+    (gram.len(), k)
+}
+
+impl NgramIndex {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    pub fn push(&mut self, token: u32) {
+        let i = self.tokens.len();
+        for n in 1..=MAX_NGRAM.min(i) {
+            self.next.insert(key(&self.tokens[i - n..i]), i);
+        }
+        self.tokens.push(token);
+    }
+
+    pub fn extend(&mut self, tokens: &[u32]) {
+        tokens.iter().for_each(|&t| self.push(t));
+    }
+
+    /// Up to `max_len` tokens that followed the latest earlier occurrence of the longest suffix
+    /// (n <= MAX_NGRAM) that occurred before; None when even the last token is new.
+    pub fn propose(&self, max_len: usize) -> Option<Proposal> {
+        let len = self.tokens.len();
+        if max_len == 0 {
+            return None;
+        }
+        (1..=MAX_NGRAM.min(len)).rev().find_map(|n| {
+            let start = *self.next.get(&key(&self.tokens[len - n..]))?;
+            // The continuation may run into the suffix itself (a repeating run copies itself).
+            Some(Proposal { ngram: n, tokens: self.tokens[start..len.min(start + max_len)].to_vec() })
+        })
+    }
+}
+
+/// Optimistic prior per position (a copy is tried early and learned), worth one round, and the
+/// drafter scheduler's forgetting (about the last ten rounds count).
+const PRIOR_RATE: f64 = 0.8;
+const PRIOR_WEIGHT: f64 = 1.0;
+const FORGETTING: f64 = 0.9;
+
+/// How many copied tokens a round verifies, from per-match-length acceptance.
+#[derive(Debug, Clone)]
+pub struct LookupScheduler {
+    /// Index n - 1: matches found with an n-token suffix.
+    models: Vec<AcceptanceModel>,
+}
+
+impl LookupScheduler {
+    /// `max_k`: the most drafts a round may verify (the drafter's block).
+    pub fn new(max_k: usize) -> Self {
+        Self { models: (0..MAX_NGRAM).map(|_| AcceptanceModel::new(max_k, PRIOR_RATE, PRIOR_WEIGHT, FORGETTING)).collect() }
+    }
+
+    /// The number of the proposal's tokens to verify (0: not worth a round) and its expected tokens
+    /// per second on `costs`' verify-only times.
+    pub fn choose(&self, p: &Proposal, costs: &RoundCosts) -> (usize, f64) {
+        let tokens = self.models[p.ngram - 1].expected_tokens_by_k(usize::MAX);
+        let mut best = (0, 1.0 / costs.verify_cost(0).max(1e-12));
+        for (k, t) in tokens.iter().enumerate().take(p.tokens.len() + 1).skip(1) {
+            let v = t / costs.verify_cost(k).max(1e-12);
+            if v > best.1 {
+                best = (k, v);
+            }
+        }
+        best
+    }
+
+    /// A lookup round on an n-gram match verified k copied tokens and accepted `accepted`.
+    pub fn observe(&mut self, ngram: usize, k: usize, accepted: usize) {
+        self.models[ngram - 1].observe(k, accepted);
+    }
+
+    /// A match of length n was not used this round: its evidence ages a little, so a match length
+    /// judged useless is tried again after a while (the prior comes back) rather than never.
+    pub fn pass(&mut self, ngram: usize) {
+        self.models[ngram - 1].observe(0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(tokens: &[u32]) -> NgramIndex {
+        let mut i = NgramIndex::new();
+        i.extend(tokens);
+        i
+    }
+
+    #[test]
+    fn the_longest_suffix_seen_before_proposes_what_followed_its_latest_occurrence() {
+        // "1 2 3" occurred twice: the later occurrence (followed by 7 8) wins.
+        let i = index(&[1, 2, 3, 4, 5, 1, 2, 3, 7, 8, 9, 1, 2, 3]);
+        assert_eq!(i.propose(4), Some(Proposal { ngram: 3, tokens: vec![7, 8, 9, 1] }));
+        // Capped at max_len, and at the end of the sequence.
+        assert_eq!(i.propose(1).unwrap().tokens, vec![7]);
+        let i = index(&[5, 6, 5]);
+        assert_eq!(i.propose(7), Some(Proposal { ngram: 1, tokens: vec![6, 5] }));
+        // No earlier occurrence of the last token: nothing to copy.
+        assert_eq!(index(&[1, 2, 3]).propose(7), None);
+        assert_eq!(index(&[]).propose(7), None);
+        assert_eq!(index(&[1, 1]).propose(0), None);
+        // A 2-gram match when the 3-gram is new.
+        let i = index(&[9, 2, 3, 4, 8, 2, 3]);
+        assert_eq!(i.propose(2), Some(Proposal { ngram: 2, tokens: vec![4, 8] }));
+        // A repeating run copies itself.
+        let i = index(&[7, 7, 7, 7]);
+        assert_eq!(i.propose(5), Some(Proposal { ngram: 3, tokens: vec![7] }));
+    }
+
+    #[test]
+    fn the_index_matches_a_brute_force_search() {
+        let mut rng = 12345u64;
+        let mut tokens = Vec::new();
+        let mut i = NgramIndex::new();
+        for _ in 0..400 {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let t = ((rng >> 33) % 6) as u32;
+            tokens.push(t);
+            i.push(t);
+            let want = (1..=MAX_NGRAM.min(tokens.len())).rev().find_map(|n| {
+                let suf = &tokens[tokens.len() - n..];
+                (0..tokens.len() - n).rev().find(|&s| &tokens[s..s + n] == suf).map(|s| Proposal { ngram: n, tokens: tokens[s + n..(s + n + 4).min(tokens.len())].to_vec() })
+            });
+            assert_eq!(i.propose(4), want, "after {tokens:?}");
+        }
+    }
+
+    /// A CPU-adapter-like table: verifying k given tokens costs 1 + 0.3 k plain steps.
+    fn costs() -> RoundCosts {
+        let seconds: Vec<f64> = (0..=7).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.3 * k as f64 }).collect();
+        let verify_seconds = (0..=7).map(|k| 1.0 + 0.3 * k as f64).collect();
+        RoundCosts { seconds, verify_seconds }
+    }
+
+    #[test]
+    fn copies_are_verified_as_far_as_they_pay() {
+        let p = Proposal { ngram: 3, tokens: vec![1, 2, 3, 4, 5, 6, 7] };
+        let mut s = LookupScheduler::new(7);
+        // Always right: the whole proposal.
+        for _ in 0..30 {
+            s.observe(3, 7, 7);
+        }
+        assert_eq!(s.choose(&p, &costs()).0, 7);
+        // Never right: no lookup round (plain step value).
+        let mut s = LookupScheduler::new(7);
+        for _ in 0..30 {
+            s.observe(3, 1, 0);
+        }
+        let (k, v) = s.choose(&p, &costs());
+        assert_eq!((k, v), (0, 1.0));
+        // A short proposal caps k; other match lengths keep their own evidence (the prior).
+        assert_eq!(s.choose(&Proposal { ngram: 2, tokens: vec![4] }, &costs()).0, 1);
+        // Evidence ages while a match length is passed over, until it is tried again.
+        let passes = (0..500).position(|_| {
+            s.pass(3);
+            s.choose(&p, &costs()).0 > 0
+        });
+        assert!(passes.is_some_and(|n| n > 20), "{passes:?}");
+    }
+}
