@@ -192,6 +192,7 @@ function generateArgs() {
     draft: mode !== 'plain',
     noHead: mode === 'backbone' && state.loaded.drafter_kind === 'domino',
     draftLen: $('draft-len').value === 'auto' ? 'auto' : num('draft-len'),
+    lookup: mode !== 'plain' && $('lookup').checked,
   };
 }
 

@@ -166,7 +166,7 @@ try {
     const st = await page.locator('#load-status').getAttribute('data-state');
     if (st !== 'loaded') throw new Error(`load failed: ${await page.locator('#error').textContent()}`);
   };
-  const generate = async (mode, { prompt = PROMPT, max = MAX, chat = false, draftLen = 4, timeout = 120000 } = {}) => {
+  const generate = async (mode, { prompt = PROMPT, max = MAX, chat = false, draftLen = 4, lookup = false, timeout = 120000 } = {}) => {
     await page.check(`input[name=mode][value=${mode}]`);
     await page.fill('#prompt', prompt);
     await page.fill('#max-tokens', String(max));
@@ -174,6 +174,7 @@ try {
     else assert.equal(chat, false, 'chat asked for but the model has no chat template');
     await page.check('#ignore-eos');
     await page.fill('#draft-len', String(draftLen));
+    await page.setChecked('#lookup', lookup);
     await page.click('#generate');
     await page.waitForFunction(() => ['done', 'failed'].includes(document.getElementById('summary').dataset.state), null, { timeout });
     if ((await page.locator('#summary').getAttribute('data-state')) !== 'done') throw new Error(await page.locator('#error').textContent());
@@ -199,6 +200,14 @@ try {
       results[mode] = r;
     });
   }
+  await step('generate (domino + prompt lookup, draft length auto) = plain output', async () => {
+    const r = await generate('domino', { draftLen: 'auto', lookup: true });
+    assert.deepEqual(r.output_ids, ref.plain.output_ids, 'output ids');
+    const { lookup_rounds, rounds, acceptance_lengths, draft_lengths } = r.stats;
+    assert.ok(Number.isInteger(lookup_rounds) && lookup_rounds <= rounds, `lookup_rounds ${lookup_rounds} of ${rounds}`);
+    assert.ok(acceptance_lengths.every((a, i) => a <= draft_lengths[i] + 1), 'acceptance within each round');
+    results.lookup = r;
+  });
   await page.screenshot({ path: join(out, 'page.png'), fullPage: true });
 
   await step('reload: files come from the Cache API, no second download', async () => {

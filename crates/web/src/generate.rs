@@ -19,6 +19,8 @@ pub struct Request {
     pub block_size: Option<usize>,
     /// `draftLen`: "auto" (default) or a fixed number of drafts per round.
     pub draft_len: DraftLen,
+    /// `lookup`: also draft by prompt lookup (as `--lookup`; needs `draftLen: "auto"`).
+    pub lookup: bool,
     /// `context`: the KV cache capacity in positions (default: prompt + maxTokens).
     pub context: Option<usize>,
     pub on_token: Option<Function>,
@@ -59,13 +61,17 @@ impl Request {
             Some(v) if v.as_string().as_deref() == Some("auto") => DraftLen::Auto,
             Some(_) => DraftLen::Fixed(o.uint("draftLen", 1e6).map_err(|_| WebError::Usage("generate: draftLen must be \"auto\" or a number of drafts".into()))?.unwrap_or(0) as usize),
         };
+        let lookup = o.bool("lookup").map_err(u)?.unwrap_or(false);
         let speculative = match (&loaded.drafter, use_draft) {
             (Some(_), true) => Some(!no_head),
-            (None, _) if block_size.is_some() || no_head => {
-                return Err(WebError::Usage("generate: blockSize and noHead need a drafter (load({ model, draft }))".into()))
+            (None, _) if block_size.is_some() || no_head || lookup => {
+                return Err(WebError::Usage("generate: blockSize, noHead and lookup need a drafter (load({ model, draft }))".into()))
             }
             _ => None,
         };
+        if lookup && draft_len != DraftLen::Auto {
+            return Err(WebError::Usage(format!("generate: lookup needs draftLen \"auto\" (got {draft_len})")));
+        }
         Ok(Self {
             prompt_ids,
             opts: GenerateOptions {
@@ -77,6 +83,7 @@ impl Request {
             speculative,
             block_size,
             draft_len,
+            lookup,
             context: o.uint("context", 1e9).map_err(u)?.map(|c| (c as usize).max(1)),
             on_token: o.function("onToken").map_err(u)?,
         })
@@ -115,7 +122,7 @@ pub async fn generate(loaded: &mut Loaded, req: Request) -> Result<serde_json::V
     let (generation, spec_stats) = match (req.speculative, drafter) {
         (Some(use_head), Some(d)) => {
             let mut session = SpeculativeSession::new(model, d, capacity)?;
-            let spec = SpeculativeOptions { use_head, timing: true, draft_len: req.draft_len, costs: None, refine_costs: true, lookup: false };
+            let spec = SpeculativeOptions { use_head, timing: true, draft_len: req.draft_len, costs: None, refine_costs: true, lookup: req.lookup };
             let (g, s) = session.generate(&req.prompt_ids, &req.opts, &spec, &mut on_token).await?;
             (g, Some(s))
         }

@@ -8,7 +8,7 @@
 //! d.adapterInfo();
 //! await d.load({ model, draft, onProgress });
 //! const r = await d.generate({ prompt, promptIds, chat, maxTokens, temperature, topP, topK, seed,
-//!                              ignoreEos, blockSize, noHead, draftLen, onToken });
+//!                              ignoreEos, blockSize, noHead, draftLen, lookup, onToken });
 //! ```
 //! `generate` resolves to the object `domino generate --json` prints; `bench` to a domino-bench/1
 //! report with `runner: "browser"`. Weights are read tensor by tensor (FileReaderSync), so `load`
@@ -166,7 +166,7 @@ impl Domino {
     }
 
     /// `generate({ prompt, promptIds, chat, maxTokens, temperature, topP, topK, seed, ignoreEos,
-    /// blockSize, noHead, draftLen, draft, context, onToken })` resolves to the `domino generate
+    /// blockSize, noHead, draftLen, lookup, draft, context, onToken })` resolves to the `domino generate
     /// --json` object; `context` sets the KV cache capacity (default: prompt + maxTokens). A lost
     /// device rejects the promise; the next `load` opens a new device.
     /// `onToken(text, id)` streams; returning `false` from it stops (stop_reason "cancelled").
