@@ -52,11 +52,17 @@ pub struct ChatArgs {
     /// Drafts verified per round: auto or a fixed number (as `generate`).
     #[arg(long, default_value = "auto", value_parser = DraftLen::parse)]
     pub draft_len: DraftLen,
+    /// Also draft by prompt lookup (as `generate --lookup`; needs --draft-len auto).
+    #[arg(long, requires = "draft")]
+    pub lookup: bool,
 }
 
 pub fn run(args: ChatArgs) -> Result<(), CliError> {
     if !(args.temperature >= 0.0) || !(args.top_p > 0.0 && args.top_p <= 1.0) {
         return Err(CliError::Usage("--temperature must be >= 0 and --top-p in (0, 1]".into()));
+    }
+    if args.lookup && args.draft_len != DraftLen::Auto {
+        return Err(CliError::Usage(format!("--lookup needs --draft-len auto (got --draft-len {})", args.draft_len)));
     }
     let dtype = parse_dtype(&args.device.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
@@ -94,7 +100,7 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
             }
             DraftLen::Fixed(_) => None,
         };
-        spec = Some((session, SpeculativeOptions { use_head: true, timing: false, draft_len: args.draft_len, costs, refine_costs: true, lookup: false }));
+        spec = Some((session, SpeculativeOptions { use_head: true, timing: false, draft_len: args.draft_len, costs, refine_costs: true, lookup: args.lookup }));
     }
     let system: Vec<ChatMessage> = args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
     let mut history = system.clone();
