@@ -1,7 +1,8 @@
 //! The adaptive draft length's round costs, calibrated once per (model, drafter, adapter, kernel
 //! variant) and cached on disk as `<cache dir>/calibration/<hash>.json`, so later runs start with them
 //! (and a seed reproduces its sampled output across runs). The same file keeps the drafter's
-//! acceptance counts over earlier greedy runs, the prior a run's schedule starts from.
+//! acceptance counts over earlier greedy runs (the drafter's, and prompt lookup's copies per match
+//! length), the prior a run's schedule starts from.
 
 use crate::model_dir::cache_dir;
 use crate::CliError;
@@ -98,6 +99,9 @@ struct CalibrationFile {
     /// Acceptance counts of earlier greedy runs (absent until a run saves them).
     #[serde(default)]
     acceptance: Option<AcceptanceCounts>,
+    /// Acceptance counts of earlier greedy copy rounds (`--lookup`), per match length.
+    #[serde(default)]
+    lookup_acceptance: Option<Vec<AcceptanceCounts>>,
 }
 
 fn read_file(key: &CalibrationKey) -> Option<CalibrationFile> {
@@ -121,8 +125,12 @@ fn write_file(path: &Path, file: &CalibrationFile) {
 
 /// Give `session` the acceptance counts cached for `key` (from earlier greedy runs), if any.
 pub fn load_acceptance(session: &mut SpeculativeSession, key: &CalibrationKey) {
-    if let Some(counts) = read_file(key).and_then(|f| f.acceptance) {
+    let Some(file) = read_file(key) else { return };
+    if let Some(counts) = file.acceptance {
         session.set_acceptance_history(key.use_head, counts);
+    }
+    if let Some(counts) = file.lookup_acceptance {
+        session.set_lookup_history(counts);
     }
 }
 
@@ -130,6 +138,7 @@ pub fn load_acceptance(session: &mut SpeculativeSession, key: &CalibrationKey) {
 pub fn save_acceptance(session: &SpeculativeSession, key: &CalibrationKey) {
     if let Some(mut file) = read_file(key) {
         file.acceptance = Some(session.acceptance_history(key.use_head).clone());
+        file.lookup_acceptance = Some(session.lookup_history().to_vec());
         write_file(&key.path(), &file);
     }
 }
@@ -146,7 +155,7 @@ pub fn round_costs(session: &mut SpeculativeSession, key: &CalibrationKey, quiet
         eprintln!("calibrating draft lengths on {} (once per model, drafter and adapter; cached in {})", key.adapter, path.display());
     }
     let costs = pollster::block_on(session.calibrate(domino_runtime::speculative::CALIBRATION_REPS, key.use_head))?;
-    write_file(&path, &CalibrationFile { key: key.clone(), costs: costs.clone(), acceptance: None });
+    write_file(&path, &CalibrationFile { key: key.clone(), costs: costs.clone(), acceptance: None, lookup_acceptance: None });
     Ok(costs)
 }
 

@@ -11,9 +11,12 @@
 //! `LookupScheduler` decides how many copied tokens a round verifies: one `AcceptanceModel` per
 //! match length n (a 3-gram match is a far better bet than a 1-gram one), and the k that maximises
 //! expected tokens per second on the verify-only costs (`RoundCosts::verify_seconds`). The session
-//! compares that with the drafter's best round and runs the better one.
+//! compares that with the drafter's best round and runs the better one. Greedy generations start
+//! from the copies' acceptance in earlier ones (`LookupScheduler::with_history`): how often copies
+//! match is a property of the model and the kind of text, which a 64-token answer is too short to
+//! learn again from the optimistic prior.
 
-use crate::draft_len::{AcceptanceModel, RoundCosts};
+use crate::draft_len::{AcceptanceCounts, AcceptanceModel, RoundCosts};
 use std::collections::HashMap;
 
 /// The longest suffix matched.
@@ -98,6 +101,21 @@ impl LookupScheduler {
     /// `max_k`: the most drafts a round may verify (the drafter's block).
     pub fn new(max_k: usize) -> Self {
         Self { models: (0..MAX_NGRAM).map(|_| AcceptanceModel::new(max_k, PRIOR_RATE, PRIOR_WEIGHT, FORGETTING)).collect() }
+    }
+
+    /// Start each match length from its counts in earlier generations (`history[n - 1]`, worth at
+    /// most `HISTORY_WEIGHT` rounds, as the drafter's); a length without usable counts keeps the prior.
+    pub fn with_history(max_k: usize, history: &[AcceptanceCounts]) -> Self {
+        let mut s = Self::new(max_k);
+        for (model, counts) in s.models.iter_mut().zip(history) {
+            model.start_from(counts);
+        }
+        s
+    }
+
+    /// Empty counts for every match length: a session's history before its first copy.
+    pub fn empty_history(max_k: usize) -> Vec<AcceptanceCounts> {
+        (0..MAX_NGRAM).map(|_| AcceptanceCounts::new(max_k)).collect()
     }
 
     /// The number of the proposal's tokens to verify (0: not worth a round) and its expected tokens
@@ -206,5 +224,23 @@ mod tests {
             s.choose(&p, &costs()).0 > 0
         });
         assert!(passes.is_some_and(|n| n > 20), "{passes:?}");
+    }
+
+    #[test]
+    fn earlier_generations_set_where_copies_start() {
+        let p = Proposal { ngram: 2, tokens: vec![1, 2, 3] };
+        // The optimistic prior copies at once.
+        assert!(LookupScheduler::new(7).choose(&p, &costs()).0 > 0);
+        // Copies after a 2-gram always failed before: this generation starts with plain steps.
+        let mut history = LookupScheduler::empty_history(7);
+        for _ in 0..20 {
+            history[1].record(3, 0);
+        }
+        assert_eq!(LookupScheduler::with_history(7, &history).choose(&p, &costs()).0, 0);
+        // The other lengths keep the prior, and a history that does not fit is ignored.
+        assert!(LookupScheduler::with_history(7, &history).choose(&Proposal { ngram: 3, ..p.clone() }, &costs()).0 > 0);
+        let mut short = LookupScheduler::empty_history(3);
+        (0..20).for_each(|_| short[1].record(3, 0));
+        assert!(LookupScheduler::with_history(7, &short).choose(&p, &costs()).0 > 0);
     }
 }

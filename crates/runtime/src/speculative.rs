@@ -81,6 +81,9 @@ pub struct SpeculativeSession<'m> {
     /// Acceptance counts of every greedy round so far, without and with the Domino head
     /// (`use_head` as index): the next greedy generation's prior (`DraftScheduler::with_history`).
     history: [AcceptanceCounts; 2],
+    /// Acceptance counts of every greedy copy round so far, per match length (n - 1 as index): the
+    /// next greedy generation's prior for copies (`LookupScheduler::with_history`).
+    lookup_history: Vec<AcceptanceCounts>,
 }
 
 /// Timed rounds per draft length in a calibration (the fastest counts).
@@ -109,7 +112,8 @@ impl<'m> SpeculativeSession<'m> {
         let features = gpu.activation_buffer("target features", ((MAX_ROWS + k + 1) * width * 4) as u64)?;
         let result = gpu.binding_buffer("round result", ((k + 2) * 4) as u64)?;
         let history = [AcceptanceCounts::new(k), AcceptanceCounts::new(k)];
-        Ok(Self { target, drafter, state, draft, features, result, costs: None, history })
+        let lookup_history = LookupScheduler::empty_history(k);
+        Ok(Self { target, drafter, state, draft, features, result, costs: None, history, lookup_history })
     }
 
     pub fn capacity(&self) -> usize {
@@ -159,6 +163,20 @@ impl<'m> SpeculativeSession<'m> {
     pub fn set_acceptance_history(&mut self, use_head: bool, counts: AcceptanceCounts) {
         if counts.fits(self.max_draft_len()) {
             self.history[use_head as usize] = counts;
+        }
+    }
+
+    /// Acceptance counts of this session's greedy copy rounds (`SpeculativeOptions::lookup`) per
+    /// match length, plus any history it was given: what a caller keeps to start later sessions from.
+    pub fn lookup_history(&self) -> &[AcceptanceCounts] {
+        &self.lookup_history
+    }
+
+    /// Start copies from counts gathered earlier (ignored unless there is one per match length and
+    /// each fits this drafter's block).
+    pub fn set_lookup_history(&mut self, counts: Vec<AcceptanceCounts>) {
+        if counts.len() == self.lookup_history.len() && counts.iter().all(|c| c.fits(self.max_draft_len())) {
+            self.lookup_history = counts;
         }
     }
 
@@ -344,7 +362,8 @@ impl<'m> SpeculativeSession<'m> {
             let mut index = NgramIndex::new();
             index.extend(prompt);
             index.extend(&output);
-            (index, LookupScheduler::new(max_k))
+            let chooser = if greedy { LookupScheduler::with_history(max_k, &self.lookup_history) } else { LookupScheduler::new(max_k) };
+            (index, chooser)
         });
         while done.is_none() {
             // Copied drafts (n-gram length, tokens) where they are expected to beat the drafter's
@@ -417,6 +436,9 @@ impl<'m> SpeculativeSession<'m> {
             if let Some((ngram, _)) = &copied {
                 if let Some((_, chooser)) = &mut lookup {
                     chooser.observe(*ngram, k as usize, a);
+                }
+                if greedy {
+                    self.lookup_history[ngram - 1].record(k as usize, a);
                 }
                 if refine_costs && !spec.timing {
                     scheduler.costs.observe_verify(k as usize, tc - ta);

@@ -496,11 +496,15 @@ fn prompt_lookup_rounds_copy_repeated_text_and_keep_the_output() {
             // Every emitted token after the prefill's came from a round (the last may overshoot).
             assert!(st.acceptance_lengths.iter().sum::<usize>() >= want.len() - 1, "{name}");
         }
+        // The greedy copy rounds are the next generation's prior; sampled ones leave it alone.
+        let copies = spec.lookup_history().iter().map(|c| c.rounds()).sum::<f64>();
+        assert!(copies >= 1.0, "{name}: no copy round in the history");
         let sampled = GenerateOptions { max_tokens: 40, ignore_eos: true, sampling: domino_engine::SamplingConfig { temperature: 0.3, top_k: 0, top_p: 1.0, seed: 9 }, ..Default::default() };
         let (a, st) = block_on(spec.generate(&[1, 2, 3], &sampled, &so, &mut |_| true)).unwrap();
         let (b, _) = block_on(spec.generate(&[1, 2, 3], &sampled, &so, &mut |_| true)).unwrap();
         assert_eq!(a.output_ids, b.output_ids, "{name}: sampled output with lookup must follow the seed");
         assert!(st.lookup_rounds > 0, "{name}: no sampled lookup round");
+        assert_eq!(spec.lookup_history().iter().map(|c| c.rounds()).sum::<f64>(), copies, "{name}: sampled rounds entered the history");
         let fixed = SpeculativeOptions { draft_len: DraftLen::Fixed(2), lookup: true, ..Default::default() };
         let err = block_on(spec.generate(&[1, 2, 3], &greedy(5), &fixed, &mut |_| true)).unwrap_err();
         assert!(err.to_string().contains("prompt lookup"), "{name}: {err}");
