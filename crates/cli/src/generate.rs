@@ -66,7 +66,9 @@ pub struct GenerateArgs {
     #[arg(long, requires = "draft")]
     pub timing: bool,
     /// Drafts verified per round: auto (chosen each round from this adapter's measured costs and
-    /// the drafter's running acceptance; 0 = a plain step) or a fixed number.
+    /// the drafter's running acceptance; 0 = a plain step) or a fixed number, at most the drafts a
+    /// block yields (B for a Domino drafter with shifted labels, else B − 1; a larger number
+    /// verifies the whole block).
     #[arg(long, default_value = "auto", value_parser = DraftLen::parse)]
     pub draft_len: DraftLen,
     /// Also draft by prompt lookup: where the text so far repeats (the longest earlier occurrence of

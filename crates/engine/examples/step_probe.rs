@@ -1,6 +1,6 @@
 //! Process CPU time per call of each kernel of a batched decode step at SmolLM2-135M's shapes
 //! (Q4_1 layers, Q8_0 lm_head), at 1 and 8 rows with 100-key contexts: where a batch-8 step's time
-//! goes. `cargo run --release -p domino-engine --example step_probe -- [vulkan|gl] [reps]`
+//! goes. `cargo run --release -p domino-engine --example step_probe -- [vulkan|gl] [reps] [rows,rows,...]`
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape, KvSegment, NormInput, QkvRope};
 use domino_engine::quant::{quantize, QuantType};
 use domino_engine::testing::{process_cpu_seconds, Rng};
@@ -54,7 +54,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{name:<28} rows {rows}: {:8.0} us CPU per call", cpu * 1e6 / reps as f64);
         Ok(())
     };
-    for rows in [1u32, rows_max] {
+    let row_counts: Vec<u32> = match args.get(3) {
+        Some(list) => list.split(',').map(|r| r.parse::<u32>().map(|r| r.clamp(1, rows_max))).collect::<Result<_, _>>()?,
+        None => vec![1, rows_max],
+    };
+    for rows in row_counts {
         let norm = NormInput { weight: &norm_w, eps: 1e-6, scratch: Rows::new(&a, 0, h) };
         let segs: Vec<KvSegment> = (0..rows).map(|r| KvSegment { first_row: r, n_rows: 1, pos0: 100, kv_base: r * cap * kvw }).collect();
         time("rmsnorm", rows, &|s| kernels::rmsnorm(s, &norm_w, h, 1e-6, &Rows::new(&x, 0, h), &Rows::new(&a, 0, h), rows))?;
