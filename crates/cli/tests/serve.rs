@@ -2,7 +2,8 @@
 //! output equal to `domino generate --chat`, the same output alone and among 7 concurrent requests,
 //! errors in OpenAI's shape (400, 401, 404, 429), a client that disconnects mid-stream freeing its
 //! sequence, SIGTERM finishing a running stream and exiting 0, and the official `openai` Python
-//! client (scripts/openai-client-test.py).
+//! client (scripts/openai-client-test.py); with a drafter, speculative requests alone (and with `--lookup`,
+//! copies of repeated text) whose output is unchanged.
 
 use domino_models::testing::{write_tiny_model, TinySpec};
 use serde_json::{json, Value};
@@ -368,6 +369,38 @@ fn serve_with_a_drafter_is_speculative_alone_and_exact_when_handing_over() {
     });
     assert_eq!(got, want);
     assert!(server.metric("domino_mean_acceptance") > 1.0);
+}
+
+#[test]
+fn serve_with_lookup_copies_repeated_text_and_keeps_the_output() {
+    use domino_models::drafter::DrafterKind;
+    use domino_models::testing::{write_tiny_drafter, TinyDrafterSpec};
+    let model = tiny_model();
+    let drafter = tempfile::tempdir().unwrap();
+    // An untrained drafter: the rounds that pay are the copies of the reply's own repeats.
+    let dspec = TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 8, seed: 31, ..TinyDrafterSpec::default() };
+    write_tiny_drafter(drafter.path(), &TinySpec { embed_scale: 4.0, max_position: 256, ..TinySpec::default() }, &dspec).unwrap();
+    let draft = drafter.path().to_str().unwrap();
+    let backend = &backends()[0];
+    let server = Server::start(model.path(), backend, &["--max-batch", "2", "--context", "128", "--draft", draft, "--lookup"]);
+    let (code, v) = server.post("/v1/chat/completions", &chat_body("hello", 64));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["choices"][0]["message"]["content"].as_str().unwrap(), generate_chat_text(model.path(), backend, "hello", 64, false));
+    let ext = &v["domino"];
+    assert_eq!(ext["speculative"], true, "{v}");
+    assert!(ext["lookup_rounds"].as_u64().unwrap() > 0, "no copy round: {ext}");
+    let (ks, accepted) = (ext["draft_lengths"].as_array().unwrap(), ext["acceptance_lengths"].as_array().unwrap());
+    assert!(ks.iter().zip(accepted).all(|(k, a)| a.as_u64().unwrap() <= k.as_u64().unwrap() + 1), "{ext}");
+    assert!(accepted.iter().any(|a| a.as_u64().unwrap() > 1), "copies never accepted: {ext}");
+    drop(server);
+    // Copies are chosen by the adaptive schedule only.
+    let out = Command::new(env!("CARGO_BIN_EXE_domino"))
+        .args(["serve", "--model", model.path().to_str().unwrap(), "--port", "0", "--backend", backend, "--draft", draft, "--lookup", "--draft-len", "3"])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--lookup needs --draft-len auto"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

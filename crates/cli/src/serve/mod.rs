@@ -52,6 +52,11 @@ pub struct ServeArgs {
     /// Drafts verified per round: auto or a fixed number (as `generate`).
     #[arg(long, default_value = "auto", value_parser = DraftLen::parse)]
     pub draft_len: DraftLen,
+    /// Also draft by prompt lookup in the speculative rounds (as `generate --lookup`: where the
+    /// conversation repeats, a round may verify the tokens that followed the earlier occurrence,
+    /// with no draft pass). Output is unchanged. Needs --draft-len auto.
+    #[arg(long, requires = "draft")]
+    pub lookup: bool,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// 0 picks a free port (printed on stderr).
@@ -95,6 +100,9 @@ struct App {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
+    if args.lookup && args.draft_len != DraftLen::Auto {
+        return Err(CliError::Usage(format!("--lookup needs --draft-len auto (got --draft-len {})", args.draft_len)));
+    }
     if args.max_batch == 0 || args.max_batch > BATCH_MAX_ROWS {
         return Err(CliError::Usage(format!("--max-batch {}: expected 1..={BATCH_MAX_ROWS}", args.max_batch)));
     }
@@ -127,12 +135,12 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     // After a device loss the engine opens a new device and uploads everything again.
     let reload: engine::Reload = {
         let device = args.device.clone();
-        let (path, draft, block_size, draft_len, dtype_name) = (path.clone(), args.draft.clone(), args.block_size, args.draft_len, args.device.dtype.clone());
+        let (path, draft, block_size, draft_len, lookup, dtype_name) = (path.clone(), args.draft.clone(), args.block_size, args.draft_len, args.lookup, args.device.dtype.clone());
         Box::new(move || {
             let gpu = device.open_gpu().map_err(|e| e.to_string())?;
             let files = domino_models::open_model(&path).map_err(|e| e.to_string())?;
             let model = upload_model(gpu, files, dtype, true).map_err(|e| e.to_string())?.model;
-            let again = ReloadArgs { draft: draft.clone(), block_size, draft_vocab, draft_len, dtype: dtype_name.clone() };
+            let again = ReloadArgs { draft: draft.clone(), block_size, draft_vocab, draft_len, lookup, dtype: dtype_name.clone() };
             let drafting = drafting_for(&model, &again, &path, dtype).map_err(|e| e.to_string())?;
             Ok((model, drafting))
         })
@@ -179,20 +187,26 @@ struct ReloadArgs {
     /// The resolved `--draft-vocab` shortlist (None: every id).
     draft_vocab: Option<usize>,
     draft_len: DraftLen,
+    lookup: bool,
     dtype: String,
 }
 
 fn load_drafting(model: &domino_models::Qwen3Model, args: &ServeArgs, draft_vocab: Option<usize>, path: &std::path::Path, dtype: domino_engine::DTypeChoice) -> Result<Option<engine::Drafting>, CliError> {
-    drafting_for(model, &ReloadArgs { draft: args.draft.clone(), block_size: args.block_size, draft_vocab, draft_len: args.draft_len, dtype: args.device.dtype.clone() }, path, dtype)
+    drafting_for(model, &ReloadArgs { draft: args.draft.clone(), block_size: args.block_size, draft_vocab, draft_len: args.draft_len, lookup: args.lookup, dtype: args.device.dtype.clone() }, path, dtype)
 }
 
-/// The drafter for `model` and how to calibrate its round costs (cached per adapter).
+/// The drafter for `model` and how to calibrate its round costs (cached per adapter, with the
+/// acceptance of earlier greedy runs as the schedule's starting point).
 fn drafting_for(model: &domino_models::Qwen3Model, a: &ReloadArgs, path: &std::path::Path, dtype: domino_engine::DTypeChoice) -> Result<Option<engine::Drafting>, CliError> {
     let Some(draft) = &a.draft else { return Ok(None) };
     let drafter = load_drafter(model, draft, a.block_size, a.draft_vocab, drafter_format(dtype))?;
     let key = CalibrationKey::new(&model.gpu, path, std::path::Path::new(draft), &drafter, true, &a.dtype);
-    let calibrate = Box::new(move |session: &mut domino_runtime::SpeculativeSession| calibration::round_costs(session, &key, false).map_err(|e| e.to_string()));
-    Ok(Some(engine::Drafting { drafter, options: SpeculativeOptions { use_head: true, timing: false, draft_len: a.draft_len, costs: None, refine_costs: true, lookup: false }, calibrate }))
+    let calibrate = Box::new(move |session: &mut domino_runtime::SpeculativeSession| {
+        let costs = calibration::round_costs(session, &key, false).map_err(|e| e.to_string())?;
+        calibration::load_acceptance(session, &key);
+        Ok(costs)
+    });
+    Ok(Some(engine::Drafting { drafter, options: SpeculativeOptions { use_head: true, timing: false, draft_len: a.draft_len, costs: None, refine_costs: true, lookup: a.lookup }, calibrate }))
 }
 
 async fn serve(app: Arc<App>, host: &str, port: u16, slots: usize) -> Result<(), CliError> {
@@ -374,6 +388,7 @@ fn extension(f: Option<&Finished>) -> Value {
         v["draft_lengths"] = json!(s.draft_lengths);
         v["mean_acceptance"] = json!(s.mean_acceptance);
         v["mean_draft_length"] = json!(s.mean_draft_length);
+        v["lookup_rounds"] = json!(s.lookup_rounds);
     }
     v
 }
