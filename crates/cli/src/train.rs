@@ -259,7 +259,7 @@ fn data(a: DataArgs) -> Result<(), CliError> {
     let logged_to_terminal = std::io::stderr().is_terminal();
     let started = std::time::Instant::now();
     let mut progress = |done: usize, total: usize| {
-        if !logged_to_terminal && (done % a.shard_size == 0 || done == total) {
+        if !logged_to_terminal && (done.is_multiple_of(a.shard_size) || done == total) {
             eprintln!("{done}/{total} prompts distilled");
         }
         pb.set_position(done as u64)
@@ -331,7 +331,7 @@ fn drafter(a: DrafterArgs) -> Result<(), CliError> {
         steps_run += 1;
         let acc: Vec<String> = s.slot_accuracy.iter().take(6).map(|x| format!("{x:.2}")).collect();
         let msg = format!("loss {:.3} λ {:.2} lr {:.1e} acc {} ({:.2} s/step, {:.0} columns)", s.loss, s.lambda, s.lr, acc.join(" "), s.seconds, s.columns);
-        if !logged_to_terminal && (s.step % 25 == 0 || s.step == s.total) {
+        if !logged_to_terminal && (s.step.is_multiple_of(25) || s.step == s.total) {
             // No progress bar without a terminal (nohup, CI logs): a line every 25 steps instead.
             eprintln!("step {}/{} {msg}", s.step, s.total);
         }

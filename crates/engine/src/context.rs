@@ -248,7 +248,7 @@ fn uniform_window(gpu_kernels: bool, limits: &wgpu::Limits, wanted: Option<bool>
     if gpu_kernels || wanted == Some(false) {
         return 0;
     }
-    let window = (limits.max_uniform_buffer_binding_size as u64).min(65536) as u32 & !15;
+    let window = limits.max_uniform_buffer_binding_size.min(65536) as u32 & !15;
     if window < 16384 {
         0
     } else {
@@ -631,7 +631,7 @@ impl Gpu {
             return;
         }
         let offset = offset_elems * std::mem::size_of::<T>() as u64;
-        if bytes.len() % 4 == 0 && offset % 4 == 0 {
+        if bytes.len().is_multiple_of(4) && offset.is_multiple_of(4) {
             self.queue.write_buffer(&buf.buffer, offset, bytes);
         } else {
             // write_buffer needs 4-byte multiples: pad the tail (callers only do this for u8/u16 data).

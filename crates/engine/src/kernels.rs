@@ -215,8 +215,8 @@ fn matmul_pipeline(gpu: &Gpu, w: &Matrix, x: &Rows, n_rows: u32, glu: bool, norm
     let spec = cpu_matmul_spec(window.is_some(), quant, w.on_texture(), glu, norm);
     // Kernels read x four inputs at a time where its layout allows (the same sums either way); in a
     // uniform window the row's start moves by the window's offset, a multiple of 16 bytes.
-    let aligned_windows = window.is_none() || gpu.caps.uniform_align % 16 == 0;
-    let x4 = aligned_windows && w.k % 4 == 0 && x.offset % 4 == 0 && (n_rows == 1 || x.stride % 4 == 0);
+    let aligned_windows = window.is_none() || gpu.caps.uniform_align.is_multiple_of(16);
+    let x4 = aligned_windows && w.k.is_multiple_of(4) && x.offset.is_multiple_of(4) && (n_rows == 1 || x.stride.is_multiple_of(4));
     let mut defines = matrix_defines(gpu, w).flag_if("GLU", glu).flag_if("NORM", norm).flag_if("X4", x4).value("ROWS", rows).value("WG", MATMUL_WG);
     if let Some(bytes) = window {
         defines = defines.flag("X_UNIFORM").value("X_WINDOW", bytes / 16);
@@ -246,7 +246,7 @@ fn input_windows(gpu: &Gpu, k: usize, x: &Rows, n_rows: u32, norm: bool) -> Opti
     let window = gpu.caps.uniform_window as u64;
     let align = (gpu.caps.uniform_align as u64).max(4);
     let k = k as u64;
-    if window == 0 || (align - 4) + 4 * k > window || (norm && (k % 4 != 0 || 4 * k > window)) {
+    if window == 0 || (align - 4) + 4 * k > window || (norm && (!k.is_multiple_of(4) || 4 * k > window)) {
         return None;
     }
     let mut windows = Vec::new();
@@ -357,7 +357,7 @@ fn matmul_gpu(step: &mut Step, w: &Matrix, up: Option<&Matrix>, norm: Option<&No
         (true, false) => &MATMUL_GPU_GLU,
         (true, true) => &MATMUL_GPU_GLU_NORM,
     };
-    let x4 = x.offset % 4 == 0 && (n_rows == 1 || x.stride % 4 == 0);
+    let x4 = x.offset.is_multiple_of(4) && (n_rows == 1 || x.stride.is_multiple_of(4));
     let defines = Defines::default()
         .flag(gpu_format_flag(w.format))
         .flag_if("GLU", up.is_some())
@@ -831,7 +831,7 @@ fn attention_dispatches(
     let wg = if gpu.caps.cpu && !gpu.caps.gpu_kernels { 8 } else { 64 };
     let coop = gpu.caps.gpu_kernels;
     let kv_aligned = segments.iter().all(|s| s.kv_base % 4 == 0);
-    let v4 = shape.head_dim % 4 == 0 && q.offset % 4 == 0 && q.stride % 4 == 0 && kv_aligned;
+    let v4 = shape.head_dim.is_multiple_of(4) && q.offset.is_multiple_of(4) && q.stride.is_multiple_of(4) && kv_aligned;
     // The CPU family's partial work holds a query in this many vec4 registers.
     let d4 = shape.head_dim.div_ceil(4);
     // CPU family: partial and combine in one dispatch (one invocation per (row, head), same bits);

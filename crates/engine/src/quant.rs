@@ -294,7 +294,7 @@ impl QuantType {
                 let (qh, qs) = if self == Self::Q5_K { (&b[16..48], &b[48..176]) } else { (&b[0..0], &b[16..144]) };
                 for (l, c) in codes.iter_mut().enumerate() {
                     let byte = qs[(u / 2) * 32 + l];
-                    *c = if u % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+                    *c = if u.is_multiple_of(2) { byte & 0x0f } else { byte >> 4 };
                     if self == Self::Q5_K {
                         *c |= ((qh[l] >> u) & 1) << 4;
                     }

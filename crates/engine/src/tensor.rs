@@ -108,7 +108,7 @@ pub struct HostTensor<'a> {
 impl<'a> HostTensor<'a> {
     pub fn new(name: &'a str, dtype: HostDType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self> {
         if let HostDType::Quant(q) = dtype {
-            if cols % q.block_values() != 0 {
+            if !cols.is_multiple_of(q.block_values()) {
                 return Err(EngineError::Tensor {
                     name: name.to_string(),
                     message: format!("{} rows of {cols} values are not whole blocks of {}", dtype.name(), q.block_values()),

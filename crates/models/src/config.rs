@@ -177,13 +177,13 @@ impl Qwen3Config {
                 return Err(cfg_err(format!("{name} must be positive")));
             }
         }
-        if raw.num_attention_heads % num_kv_heads != 0 {
+        if !raw.num_attention_heads.is_multiple_of(num_kv_heads) {
             return Err(cfg_err(format!(
                 "num_attention_heads {} is not a multiple of num_key_value_heads {num_kv_heads}",
                 raw.num_attention_heads
             )));
         }
-        if head_dim % 2 != 0 || head_dim > domino_engine::kernels::MAX_HEAD_DIM {
+        if !head_dim.is_multiple_of(2) || head_dim > domino_engine::kernels::MAX_HEAD_DIM {
             return Err(cfg_err(format!("head_dim {head_dim} must be even and at most {}", domino_engine::kernels::MAX_HEAD_DIM)));
         }
         let eos_token_ids = parse_token_ids(raw.eos_token_id.as_ref());
@@ -275,7 +275,7 @@ impl Qwen3Config {
 pub fn plan_fits(plan: &[(String, Vec<usize>)]) -> std::result::Result<(), String> {
     for (name, shape) in plan {
         let bytes = shape.iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
-        if !bytes.is_some_and(|b| usize::try_from(b).is_ok()) {
+        if bytes.is_none_or(|b| usize::try_from(b).is_err()) {
             return Err(format!("tensor {name} of shape {shape:?} is too large to represent"));
         }
     }

@@ -179,14 +179,14 @@ impl DrafterConfig {
         if !self.shift_label && self.block_size < 2 {
             return Err("block_size 1 yields no drafts without shift_label (slot 0 is the anchor)".into());
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(format!(
                 "num_attention_heads {} is not a multiple of num_key_value_heads {}",
                 self.num_heads, self.num_kv_heads
             ));
         }
         let max_d = domino_engine::kernels::MAX_HEAD_DIM;
-        if self.head_dim % 2 != 0 || self.head_dim > max_d {
+        if !self.head_dim.is_multiple_of(2) || self.head_dim > max_d {
             return Err(format!("head_dim {} must be even and at most {max_d}", self.head_dim));
         }
         if self.target_layer_ids.is_empty() {

@@ -395,7 +395,7 @@ impl GgufFile {
                 Err(_) => Some(0), // size unknown to us; reported by name if the tensor is used
             };
             let end = bytes_needed.and_then(|b| data_start.checked_add(t.offset)?.checked_add(b));
-            if t.offset % alignment != 0 || !end.is_some_and(|e| e <= len) {
+            if t.offset % alignment != 0 || end.is_none_or(|e| e > len) {
                 return Err(ModelError::Gguf {
                     path: path.into(),
                     message: format!(

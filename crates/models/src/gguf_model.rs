@@ -28,7 +28,7 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<Qwen3Config> {
     let hidden = g.require_u64(&key("embedding_length"))? as usize;
     let heads = g.require_u64(&key("attention.head_count"))? as usize;
     let kv_heads = g.opt_u64(&key("attention.head_count_kv"))?.map(|v| v as usize).unwrap_or(heads);
-    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+    if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(err(format!("{heads} attention heads are not a multiple of {kv_heads} key/value heads")));
     }
     let head_dim = g.opt_u64(&key("attention.key_length"))?.map(|v| v as usize).unwrap_or(hidden / heads);
