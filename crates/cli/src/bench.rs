@@ -235,9 +235,7 @@ fn write(path: &Path, text: &str) -> Result<(), CliError> {
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
-    if args.lookup && args.draft_len != domino_runtime::DraftLen::Auto {
-        return Err(CliError::Usage(format!("--lookup needs --draft-len auto (got --draft-len {})", args.draft_len)));
-    }
+    crate::load::check_lookup(args.lookup, args.draft_len)?;
     let format = parse_dtype(&args.dtype)?;
     let choice = BackendChoice::parse(&args.backend)?;
     let dir = model_dir::resolve(args.model.as_deref())?;

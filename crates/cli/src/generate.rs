@@ -88,9 +88,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     if !(args.temperature >= 0.0) || !(0.0..=1.0).contains(&args.top_p) || args.top_p == 0.0 {
         return Err(CliError::Usage("--temperature must be >= 0 and --top-p in (0, 1]".into()));
     }
-    if args.lookup && args.draft_len != DraftLen::Auto {
-        return Err(CliError::Usage(format!("--lookup needs --draft-len auto (got --draft-len {})", args.draft_len)));
-    }
+    crate::load::check_lookup(args.lookup, args.draft_len)?;
     let format = parse_dtype(&args.device.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
     // Headers and tokenizer first (a malformed file fails before any device opens); the prompt's

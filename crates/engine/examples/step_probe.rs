@@ -1,5 +1,5 @@
 //! Process CPU time per call of each kernel of a batched decode step at SmolLM2-135M's shapes
-//! (Q4_1 layers, Q8_0 lm_head), at 1 and 8 rows with 100-key contexts: where a batch-8 step's time
+//! (Q4_1 layers, Q8_0 lm_head), at 1 and 8 rows (or the listed row counts) with 100-key contexts: where a batch-8 step's time
 //! goes. `cargo run --release -p domino-engine --example step_probe -- [vulkan|gl] [reps] [rows,rows,...]`
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape, KvSegment, NormInput, QkvRope};
 use domino_engine::quant::{quantize, QuantType};

@@ -100,9 +100,7 @@ struct App {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
-    if args.lookup && args.draft_len != DraftLen::Auto {
-        return Err(CliError::Usage(format!("--lookup needs --draft-len auto (got --draft-len {})", args.draft_len)));
-    }
+    crate::load::check_lookup(args.lookup, args.draft_len)?;
     if args.max_batch == 0 || args.max_batch > BATCH_MAX_ROWS {
         return Err(CliError::Usage(format!("--max-batch {}: expected 1..={BATCH_MAX_ROWS}", args.max_batch)));
     }
