@@ -9,7 +9,7 @@ use crate::clock::now;
 use crate::draft_len::{DraftLen, RoundCosts};
 use crate::error::RuntimeError;
 use crate::session::{GenerateOptions, Session};
-use crate::speculative::{SpeculativeOptions, SpeculativeSession};
+use crate::speculative::{SpeculativeOptions, SpeculativeSession, CALIBRATION_REPS};
 use domino_engine::Gpu;
 use domino_models::drafter_gpu::DrafterModel;
 use domino_models::Qwen3Model;
@@ -214,8 +214,12 @@ pub type RoundCostsFn<'a, E> = dyn FnMut(&mut SpeculativeSession<'_>, bool) -> R
 
 /// Measure plain decoding and (with `drafter`) every speculative mode of it on `model`'s adapter.
 /// `round_costs(session, use_head)` gives the measured round costs for `DraftLen::Auto` (the CLI
-/// calibrates and caches them on disk; None lets the session use its own). `progress` hears each
-/// mode start and each run end.
+/// calibrates and caches them on disk; None: measured here, once with and once without the head).
+/// `progress` hears which mode runs next and each run end.
+///
+/// The modes take turns prompt by prompt (each run of a prompt: plain, then every speculative mode),
+/// so a speedup compares runs made minutes apart, not a whole mode's runs against another's made a
+/// quarter of an hour earlier: on a shared machine the load drifts more than that.
 pub async fn measure<E: From<RuntimeError>>(
     gpu: &Gpu,
     model: &Qwen3Model,
@@ -228,69 +232,92 @@ pub async fn measure<E: From<RuntimeError>>(
     if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
         return Err(RuntimeError::EmptyPrompt.into());
     }
+    if plan.lookup && plan.draft_len != DraftLen::Auto {
+        return Err(RuntimeError::Unsupported(format!("prompt lookup drafts need the adaptive draft length (auto), not a fixed {}", plan.draft_len)).into());
+    }
     let opts = GenerateOptions { max_tokens: plan.max_tokens, ignore_eos: true, ..Default::default() };
+    let modes = drafter.map(|d| speculative_modes(d, plan.lookup)).unwrap_or_default();
 
-    // Plain decoding: one warm-up run (pipelines, caches), then `runs` runs per prompt.
+    // Warm-up (pipelines, caches): one run per mode, after its round costs are known.
     progress(BenchProgress::Mode("plain"));
     let mut session = Session::new(model, plan.capacity)?;
     let mut plain = Measured { memory: target_memory(model, plan.capacity), ..Default::default() };
     session.generate(&prompts[0], &opts, &mut |_| true).await?;
     progress(BenchProgress::Done("plain"));
-    for p in prompts {
-        for _ in 1..=plan.runs {
+    let mut spec = match drafter {
+        Some(d) => Some(SpeculativeSession::new(model, d, plan.spec_capacity)?),
+        None => None,
+    };
+    let mut options = Vec::with_capacity(modes.len());
+    let mut measured_spec = Vec::with_capacity(modes.len());
+    if let (Some(spec), Some(d)) = (spec.as_mut(), drafter) {
+        let memory = target_memory(model, plan.spec_capacity) + drafter_memory(d);
+        let mut own_costs: [Option<RoundCosts>; 2] = [None, None];
+        for &SpecMode { name, use_head, lookup } in &modes {
+            progress(BenchProgress::Mode(name));
+            // Costs passed explicitly: left to the session, it would calibrate again at every switch
+            // between the head and the backbone (it keeps one table).
+            let costs = match plan.draft_len {
+                DraftLen::Auto => match (round_costs(spec, use_head)?, &own_costs[use_head as usize]) {
+                    (Some(c), _) => Some(c),
+                    (None, Some(c)) => Some(c.clone()),
+                    (None, None) => {
+                        let c = spec.calibrate(CALIBRATION_REPS, use_head).await?;
+                        own_costs[use_head as usize] = Some(c.clone());
+                        Some(c)
+                    }
+                },
+                DraftLen::Fixed(_) => None,
+            };
+            let so = SpeculativeOptions { use_head, timing: false, draft_len: plan.draft_len, costs, refine_costs: true, lookup };
+            spec.generate(&prompts[0], &opts, &so, &mut |_| true).await?;
+            progress(BenchProgress::Done(name));
+            options.push(so);
+            measured_spec.push(Measured { memory, ..Default::default() });
+        }
+    }
+
+    // Runs 1..=R of a prompt measure throughput without timing syncs; one more run per speculative
+    // mode (the first split_prompts prompts) measures the draft / verify / head split (its syncs
+    // would slow the throughput runs).
+    let split_prompts = plan.split_prompts.unwrap_or(prompts.len());
+    for (i, p) in prompts.iter().enumerate() {
+        for _ in 0..plan.runs {
+            progress(BenchProgress::Mode("plain"));
             let g = session.generate(p, &opts, &mut |_| true).await?;
             plain.prefill.push(g.stats.prefill_tokens_per_s);
             plain.decode.push(g.stats.decode_tokens_per_s);
             plain.ttft.push(g.stats.time_to_first_token_s);
             progress(BenchProgress::Done("plain"));
-        }
-    }
-    drop(session);
-    let mut measured = vec![("plain".to_string(), plain)];
-
-    if let Some(drafter) = drafter {
-        let memory = target_memory(model, plan.spec_capacity) + drafter_memory(drafter);
-        let mut spec = SpeculativeSession::new(model, drafter, plan.spec_capacity)?;
-        if plan.lookup && plan.draft_len != DraftLen::Auto {
-            return Err(RuntimeError::Unsupported(format!("prompt lookup drafts need the adaptive draft length (auto), not a fixed {}", plan.draft_len)).into());
-        }
-        for SpecMode { name, use_head, lookup } in speculative_modes(drafter, plan.lookup) {
-            progress(BenchProgress::Mode(name));
-            let mut m = Measured { memory, ..Default::default() };
-            let costs = match plan.draft_len {
-                DraftLen::Auto => round_costs(&mut spec, use_head)?,
-                DraftLen::Fixed(_) => None,
-            };
-            // Run 0 warms up; runs 1..=R per prompt measure throughput without timing syncs; one more
-            // run per prompt (the first split_prompts) measures the draft / verify / head split (its
-            // syncs would slow the throughput runs).
-            let so = |timing: bool| SpeculativeOptions { use_head, timing, draft_len: plan.draft_len, costs: costs.clone(), refine_costs: true, lookup };
-            spec.generate(&prompts[0], &opts, &so(false), &mut |_| true).await?;
-            progress(BenchProgress::Done(name));
-            let split_prompts = plan.split_prompts.unwrap_or(prompts.len());
-            for (i, p) in prompts.iter().enumerate() {
-                let runs = plan.runs + usize::from(i < split_prompts);
-                for run in 1..=runs {
-                    let timing = run == plan.runs + 1;
-                    let (g, st) = spec.generate(p, &opts, &so(timing), &mut |_| true).await?;
-                    if timing {
-                        m.draft += st.draft_seconds;
-                        m.verify += st.verify_seconds;
-                        m.head += st.head_seconds;
-                    } else {
-                        // Greedy rounds are deterministic: the timing run would count them twice.
-                        m.acceptance.extend(&st.acceptance_lengths);
-                        m.draft_lengths.extend(&st.draft_lengths);
-                        m.prefill.push(g.stats.prefill_tokens_per_s);
-                        m.decode.push(g.stats.decode_tokens_per_s);
-                        m.ttft.push(g.stats.time_to_first_token_s);
-                    }
-                    progress(BenchProgress::Done(name));
+            if let Some(spec) = spec.as_mut() {
+                for ((mode, so), m) in modes.iter().zip(&options).zip(&mut measured_spec) {
+                    progress(BenchProgress::Mode(mode.name));
+                    let (g, st) = spec.generate(p, &opts, so, &mut |_| true).await?;
+                    // Greedy rounds are deterministic: only these runs count them (not the timing run).
+                    m.acceptance.extend(&st.acceptance_lengths);
+                    m.draft_lengths.extend(&st.draft_lengths);
+                    m.prefill.push(g.stats.prefill_tokens_per_s);
+                    m.decode.push(g.stats.decode_tokens_per_s);
+                    m.ttft.push(g.stats.time_to_first_token_s);
+                    progress(BenchProgress::Done(mode.name));
                 }
             }
-            measured.push((name.to_string(), m));
+        }
+        if let (Some(spec), true) = (spec.as_mut(), i < split_prompts) {
+            for ((mode, so), m) in modes.iter().zip(&options).zip(&mut measured_spec) {
+                progress(BenchProgress::Mode(mode.name));
+                let timed = SpeculativeOptions { timing: true, ..so.clone() };
+                let (_, st) = spec.generate(p, &opts, &timed, &mut |_| true).await?;
+                m.draft += st.draft_seconds;
+                m.verify += st.verify_seconds;
+                m.head += st.head_seconds;
+                progress(BenchProgress::Done(mode.name));
+            }
         }
     }
+    drop((session, spec));
+    let mut measured = vec![("plain".to_string(), plain)];
+    measured.extend(modes.iter().map(|m| m.name.to_string()).zip(measured_spec));
 
     progress(BenchProgress::Mode("copy bandwidth"));
     let copy = domino_engine::bandwidth::copy_bandwidth(gpu, plan.copy_bytes.min(gpu.caps.max_storage_binding), 5, &now).await.map_err(RuntimeError::from)?;

@@ -47,7 +47,23 @@ fn measure_runs_every_mode_and_counts_each_round_once() {
     assert_eq!(calibrations, 0, "a fixed draft length needs no round costs");
     let done = events.iter().filter(|e| e.starts_with("Done")).count();
     assert_eq!(done, plan.progress_steps(2), "{events:?}");
-    assert_eq!(events.iter().filter(|e| e.starts_with("Mode")).count(), 4, "plain, backbone, domino, copy bandwidth: {events:?}");
+    // The modes take turns: warm-ups, then per prompt each run in every mode, then the split runs.
+    let done: Vec<&str> = events.iter().filter_map(|e| e.strip_prefix("Done(\"")).map(|e| e.trim_end_matches("\")")).collect();
+    let all = ["plain", "backbone (--no-head)", "domino"];
+    let mut expected = all.to_vec();
+    for i in 0..prompts.len() {
+        for _ in 0..plan.runs {
+            expected.extend(all);
+        }
+        if i < 2 {
+            expected.extend(&all[1..]);
+        }
+    }
+    expected.push("copy bandwidth");
+    assert_eq!(done, expected);
+    for w in events.windows(2).filter(|w| w[1].starts_with("Done")) {
+        assert_eq!(w[0].replacen("Mode", "Done", 1), w[1], "every run is announced by its mode: {events:?}");
+    }
 
     let names: Vec<&str> = r.modes.iter().map(|m| m.mode.as_str()).collect();
     assert_eq!(names, ["plain", "backbone (--no-head)", "domino"]);
