@@ -205,7 +205,7 @@ fn print_adapter(a: &AdapterReport, w: &Workload) {
     println!("copy bw        {:.2} GB/s (WGSL copy kernel, read + write)", a.copy_bandwidth_gb_s);
     for m in &a.modes {
         println!(
-            "{:<20} prefill {:.1} tok/s, decode {:.2} tok/s ({:.2}-{:.2}), TTFT {:.1} ms, {:.2}x plain, mean acceptance {:.2}, mean draft length {:.2}",
+            "{:<20} prefill {:.1} tok/s, decode {:.2} tok/s ({:.2}-{:.2}), TTFT {:.1} ms, {:.2}x plain ({} paired), mean acceptance {:.2}, mean draft length {:.2}",
             m.mode,
             m.prefill_tokens_per_s,
             m.decode_tokens_per_s,
@@ -213,6 +213,7 @@ fn print_adapter(a: &AdapterReport, w: &Workload) {
             m.decode_tokens_per_s_max,
             m.time_to_first_token_s * 1e3,
             m.speedup_over_plain,
+            m.speedup_over_plain_paired.map_or("n/a".to_string(), |s| format!("{s:.2}x")),
             m.mean_acceptance,
             m.mean_draft_length
         );

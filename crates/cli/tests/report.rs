@@ -34,6 +34,7 @@ fn mode(name: &str, tps: f64, plain: f64) -> ModeReport {
         decode_tokens_per_s_all: vec![tps * 0.9, tps, tps * 1.1],
         time_to_first_token_s: 0.012,
         speedup_over_plain: tps / plain,
+        speedup_over_plain_paired: Some(tps / plain),
         mean_acceptance: if name == "plain" { 1.0 } else { 3.5 },
         mean_draft_length: if name == "plain" { 0.0 } else { 3.0 },
         draft_seconds: 0.1,
@@ -101,6 +102,16 @@ fn schema_round_trip() {
     let p = dir.path().join("r.json");
     std::fs::write(&p, &text).unwrap();
     assert_eq!(report::load(&p).unwrap(), r);
+
+    // A report from before the paired speedup (and the mean draft length) existed still loads.
+    let mut old = v.clone();
+    for m in old["adapters"][0]["modes"].as_array_mut().unwrap() {
+        let m = m.as_object_mut().unwrap();
+        assert!(m.remove("speedup_over_plain_paired").is_some() && m.remove("mean_draft_length").is_some());
+    }
+    std::fs::write(&p, old.to_string()).unwrap();
+    let back = report::load(&p).unwrap();
+    assert!(back.adapters[0].modes.iter().all(|m| m.speedup_over_plain_paired.is_none() && m.mean_draft_length == 0.0));
 }
 
 /// A minimal checker: every start tag is closed in order (self-closing and void tags excepted).
@@ -257,6 +268,11 @@ fn bench_on_every_software_adapter() {
             // Speedups come from the same run: this adapter's plain decoding in this report.
             let want = m.decode_tokens_per_s / plain;
             assert!((m.speedup_over_plain - want).abs() <= 1e-9 * want.max(1.0), "{ctx}: {} vs {want}", m.speedup_over_plain);
+            // The paired figure: the geometric mean of run-by-run ratios to plain's runs.
+            let logs: f64 = m.decode_tokens_per_s_all.iter().zip(&a.modes[0].decode_tokens_per_s_all).map(|(r, p)| (r / p).ln()).sum();
+            let want = (logs / 4.0).exp();
+            let paired = m.speedup_over_plain_paired.unwrap_or_else(|| panic!("{ctx}: no paired speedup"));
+            assert!((paired - want).abs() <= 1e-9 * want, "{ctx}: paired {paired} vs {want}");
             let ratio = m.decode_weight_bandwidth_gb_s / a.copy_bandwidth_gb_s;
             assert!((m.roofline_ratio - ratio).abs() <= 1e-6 * ratio, "{ctx}: roofline from this adapter's copy bandwidth");
             assert!((m.read_roofline_ratio - 2.0 * m.roofline_ratio).abs() <= 1e-6 * m.read_roofline_ratio, "{ctx}");

@@ -29,6 +29,11 @@ pub struct ModeReport {
     pub time_to_first_token_s: f64,
     /// decode_tokens_per_s / the plain mode's decode_tokens_per_s on the same adapter, same run.
     pub speedup_over_plain: f64,
+    /// The geometric mean over the timed runs of (this run's decode tokens/s / plain's run of the
+    /// same prompt and repetition, made just before it): the prompts' own speeds cancel, and each
+    /// ratio compares runs made back to back. Absent in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup_over_plain_paired: Option<f64>,
     /// Mean tokens committed per round (1 for plain decoding).
     pub mean_acceptance: f64,
     /// Mean drafts verified per round (`--draft-len`; 0 for plain decoding). Absent in older reports.
@@ -179,8 +184,15 @@ pub struct Measured {
     pub memory: u64,
 }
 
-/// The report figures of one mode; `plain_tps` is None for plain decoding itself.
-pub fn mode_report(name: &str, m: &Measured, plain_tps: Option<f64>, weight_bytes: u64, copy: f64) -> ModeReport {
+/// The geometric mean of `runs[i] / plain[i]` (None unless both hold the same positive number of runs).
+pub fn paired_speedup(runs: &[f64], plain: &[f64]) -> Option<f64> {
+    let usable = !runs.is_empty() && runs.len() == plain.len() && runs.iter().chain(plain).all(|v| *v > 0.0 && v.is_finite());
+    usable.then(|| (runs.iter().zip(plain).map(|(r, p)| (r / p).ln()).sum::<f64>() / runs.len() as f64).exp())
+}
+
+/// The report figures of one mode; `plain` is None for plain decoding itself.
+pub fn mode_report(name: &str, m: &Measured, plain: Option<&Measured>, weight_bytes: u64, copy: f64) -> ModeReport {
+    let plain_tps = plain.map(|p| median(&p.decode));
     let tps = median(&m.decode);
     let (lo, hi) = min_max(&m.decode);
     let weight_bw = weight_bytes as f64 * tps;
@@ -195,6 +207,10 @@ pub fn mode_report(name: &str, m: &Measured, plain_tps: Option<f64>, weight_byte
         decode_tokens_per_s_all: m.decode.clone(),
         time_to_first_token_s: median(&m.ttft),
         speedup_over_plain: plain_tps.map(|p| tps / p.max(1e-12)).unwrap_or(1.0),
+        speedup_over_plain_paired: match plain {
+            Some(p) => paired_speedup(&m.decode, &p.decode),
+            None => Some(1.0),
+        },
         mean_acceptance: mean(&m.acceptance, 1.0),
         mean_draft_length: mean(&m.draft_lengths, 0.0),
         draft_seconds: m.draft,
@@ -323,11 +339,29 @@ pub async fn measure<E: From<RuntimeError>>(
     let copy = domino_engine::bandwidth::copy_bandwidth(gpu, plan.copy_bytes.min(gpu.caps.max_storage_binding), 5, &now).await.map_err(RuntimeError::from)?;
     progress(BenchProgress::Done("copy bandwidth"));
     let weight_bytes = model.decode_weight_bytes();
-    let plain_tps = median(&measured[0].1.decode);
+    let plain = &measured[0].1;
     let modes = measured
         .iter()
         .enumerate()
-        .map(|(i, (name, m))| mode_report(name, m, if i == 0 { None } else { Some(plain_tps) }, weight_bytes, copy))
+        .map(|(i, (name, m))| mode_report(name, m, if i == 0 { None } else { Some(plain) }, weight_bytes, copy))
         .collect();
     Ok(BenchResult { copy_bandwidth: copy, decode_weight_bytes_per_token: weight_bytes, modes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::paired_speedup;
+
+    #[test]
+    fn the_paired_speedup_is_the_geometric_mean_of_run_ratios() {
+        // Prompts at 10 and 40 tok/s plain: 2x on one and 0.5x on the other average to 1x (the
+        // ratio of medians, 20 / 40 with `median`'s upper middle, says 0.5x).
+        let got = paired_speedup(&[20.0, 20.0], &[10.0, 40.0]).unwrap();
+        assert!((got - 1.0).abs() < 1e-12, "{got}");
+        let got = paired_speedup(&[30.0, 60.0, 12.0], &[10.0, 20.0, 4.0]).unwrap();
+        assert!((got - 3.0).abs() < 1e-12, "{got}");
+        assert_eq!(paired_speedup(&[], &[]), None);
+        assert_eq!(paired_speedup(&[1.0], &[1.0, 2.0]), None, "runs must pair up");
+        assert_eq!(paired_speedup(&[1.0, 0.0], &[1.0, 2.0]), None, "a run without tokens/s");
+    }
 }
