@@ -319,7 +319,9 @@ impl DraftScheduler {
     fn probe_wait(&self) -> usize {
         let c = &self.costs.seconds;
         let extra = 2.0 * c.get(1).map_or(0.0, |c1| (c1 - c[0]).max(0.0));
-        let budget = (extra / (PROBE_BUDGET * c[0].max(1e-12))).ceil().min(PROBE_MAX as f64) as usize;
+        // (Rounded down by a hair first: the costs' online refinement scales them by one factor,
+        // which must not move the wait by a rounding error; `next_k_after_plain_step` relies on it.)
+        let budget = (extra / (PROBE_BUDGET * c[0].max(1e-12)) * (1.0 - 1e-9)).ceil().min(PROBE_MAX as f64) as usize;
         self.probe_interval.max(budget)
     }
 
@@ -386,6 +388,17 @@ impl DraftScheduler {
                 }
             }
         }
+    }
+
+    /// What `next_k` will choose after a plain step that is under way now, without changing
+    /// anything: observing a plain step does not depend on its token, and its time scales every
+    /// cost by one factor, which no choice depends on. Lets a caller queue the next plain step
+    /// before reading this one back.
+    pub fn next_k_after_plain_step(&self) -> usize {
+        let mut peek = self.clone();
+        let c0 = peek.costs.seconds[0];
+        peek.observe(0, 0, c0);
+        peek.next_k()
     }
 
     /// The round verified k drafts, accepted `accepted` of them, and took `seconds` in all.
@@ -535,6 +548,34 @@ mod tests {
     /// Seconds of a run of rounds on `costs`.
     fn seconds(costs: &RoundCosts, ks: &[usize]) -> f64 {
         ks.iter().map(|&k| costs.seconds[k]).sum()
+    }
+
+    #[test]
+    fn the_choice_after_a_plain_step_is_known_before_its_time() {
+        // Whatever a plain step turns out to cost, the next choice is the one predicted before it
+        // ran (the pipelined plain steps rely on it), through probes, climbs and fallbacks.
+        for accept in [0usize, 1, 7] {
+            let mut s = DraftScheduler::new(DraftLen::Auto, costs(7));
+            let mut plain_rounds = 0;
+            for round in 0..400 {
+                let k = s.next_k();
+                if k == 0 {
+                    plain_rounds += 1;
+                    let predicted = s.next_k_after_plain_step();
+                    // A step slower or faster than the table, as measured times are.
+                    s.observe(0, 0, if round % 3 == 0 { 1.7 } else { 0.6 });
+                    assert_eq!(s.clone().next_k(), predicted, "accept {accept}, round {round}");
+                } else {
+                    // A drafter that is right on the first `accept` drafts only in early rounds.
+                    let a = if round < 100 { accept.min(k) } else { 0 };
+                    s.observe(k, a, s.costs.seconds[k]);
+                }
+            }
+            assert!(plain_rounds > 200, "accept {accept}: {plain_rounds} plain rounds");
+        }
+        // A fixed k: whatever it is.
+        assert_eq!(DraftScheduler::new(DraftLen::Fixed(0), costs(7)).next_k_after_plain_step(), 0);
+        assert_eq!(DraftScheduler::new(DraftLen::Fixed(3), costs(7)).next_k_after_plain_step(), 3);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::error::{Result, RuntimeError};
 use crate::lookup::{LookupScheduler, NgramIndex};
 use crate::session::{validate_prompt, GenerateOptions, Generation, GenerationStats, StopReason, MAX_LOGIT_ROWS, MAX_ROWS};
 use domino_engine::step::finish;
+use domino_engine::step::PendingRead;
 use domino_engine::{kernels, GpuBuffer, Rows, SamplingConfig, Step};
 use domino_models::drafter_gpu::{DraftState, DrafterModel};
 use domino_models::qwen3::{Capture, Forward};
@@ -365,65 +366,94 @@ impl<'m> SpeculativeSession<'m> {
             let chooser = if greedy { LookupScheduler::with_history(max_k, &self.lookup_history) } else { LookupScheduler::new(max_k) };
             (index, chooser)
         });
+        // A plain round already submitted behind the one being read (see `queue_plain`), and when
+        // the last readback finished (a queued round's time runs from there).
+        let mut queued_plain: Option<PendingRead> = None;
+        let mut last_read = now();
         while done.is_none() {
-            // Copied drafts (n-gram length, tokens) where they are expected to beat the drafter's
-            // best round (plain steps included); else the drafter's schedule decides.
-            let copied = match &mut lookup {
-                Some((index, chooser)) => index.propose(max_k).and_then(|p| {
-                    let (k, value) = chooser.choose(&p, &scheduler.costs);
-                    if k > 0 && value > scheduler.best_value() {
-                        Some((p.ngram, p.tokens[..k].to_vec()))
-                    } else {
-                        chooser.pass(p.ngram);
-                        None
+            let (copied, k, read, ta, tb) = match queued_plain.take() {
+                Some(read) => (None, 0, read, last_read, last_read),
+                None => {
+                    // Copied drafts (n-gram length, tokens) where they are expected to beat the
+                    // drafter's best round (plain steps included); else the drafter's schedule decides.
+                    let copied = match &mut lookup {
+                        Some((index, chooser)) => index.propose(max_k).and_then(|p| {
+                            let (k, value) = chooser.choose(&p, &scheduler.costs);
+                            if k > 0 && value > scheduler.best_value() {
+                                Some((p.ngram, p.tokens[..k].to_vec()))
+                            } else {
+                                chooser.pass(p.ngram);
+                                None
+                            }
+                        }),
+                        None => None,
+                    };
+                    let k = match &copied {
+                        Some((_, tokens)) => tokens.len() as u32,
+                        None => scheduler.next_k() as u32,
+                    };
+                    // Rounds without a draft pass (plain steps, copies) queue their feature rows after
+                    // the pending ones; the draft context takes them in at the next draft pass.
+                    let queued = k == 0 || copied.is_some();
+                    if queued && pending + k + 1 > MAX_ROWS as u32 {
+                        // The queue of feature rows would overflow: append it to the draft context.
+                        let mut step = Step::new(gpu);
+                        drafter.record_context(&mut step, &self.draft, &self.feature_rows(), start - pending, pending)?;
+                        step.submit()?;
+                        pending = 0;
                     }
-                }),
-                None => None,
+                    let ta = now();
+                    let mut step = Step::new(gpu);
+                    if let Some((_, tokens)) = &copied {
+                        // Written before the step's submission runs (queue writes precede it).
+                        gpu.write(&self.state.ids, start as u64 + 1, tokens);
+                    } else if k > 0 {
+                        self.record_draft(&mut step, start, k, pending)?;
+                        let head_apart = spec.timing && drafter.runs_head(spec.use_head);
+                        let mut head_start = 0.0;
+                        if head_apart {
+                            // Timing only: the head's loop in a submission of its own, to measure its share.
+                            step.submit()?;
+                            finish(gpu).await?;
+                            head_start = now();
+                            step = Step::new(gpu);
+                        }
+                        drafter.record_drafts(&mut step, &self.draft, target, &self.state.ids, start, spec.use_head, k)?;
+                        if spec.timing {
+                            step.submit()?;
+                            finish(gpu).await?;
+                            step = Step::new(gpu);
+                        }
+                        if head_apart {
+                            spec_stats.head_seconds += now() - head_start;
+                        }
+                    }
+                    let tb = now();
+                    self.record_verify(&mut step, start, k, if queued { pending } else { 0 }, &layers, &opts.sampling)?;
+                    (copied, k, step.submit_with_read(&self.result, 0, (k as u64 + 2) * 4)?, ta, tb)
+                }
             };
-            let k = match &copied {
-                Some((_, tokens)) => tokens.len() as u32,
-                None => scheduler.next_k() as u32,
-            };
-            // Rounds without a draft pass (plain steps, copies) queue their feature rows after the
-            // pending ones; the draft context takes them in at the next draft pass.
-            let queued = k == 0 || copied.is_some();
-            if queued && pending + k + 1 > MAX_ROWS as u32 {
-                // The queue of feature rows would overflow: append it to the draft context.
+            // Pipelining, as `Session` decodes: where this round is a plain step and the schedule
+            // will make the next one a plain step too whatever token this one commits, the next is
+            // submitted before this one is read, so the GPU does not idle while the CPU reads back
+            // and records. Not with lookup (the next round's copies depend on this round's token),
+            // nor with timing syncs, nor where the queued round's feature row would not fit.
+            let queue_plain = k == 0
+                && copied.is_none()
+                && lookup.is_none()
+                && !spec.timing
+                && pending + 2 <= MAX_ROWS as u32
+                && output.len() + 1 < opts.max_tokens
+                && scheduler.next_k_after_plain_step() == 0;
+            if queue_plain {
                 let mut step = Step::new(gpu);
-                drafter.record_context(&mut step, &self.draft, &self.feature_rows(), start - pending, pending)?;
-                step.submit()?;
-                pending = 0;
+                self.record_verify(&mut step, start + 1, 0, pending + 1, &layers, &opts.sampling)?;
+                queued_plain = Some(step.submit_with_read(&self.result, 0, 8)?);
             }
-            let ta = now();
-            let mut step = Step::new(gpu);
-            if let Some((_, tokens)) = &copied {
-                // Written before the step's submission runs (queue writes precede it).
-                gpu.write(&self.state.ids, start as u64 + 1, tokens);
-            } else if k > 0 {
-                self.record_draft(&mut step, start, k, pending)?;
-                let head_apart = spec.timing && drafter.runs_head(spec.use_head);
-                let mut head_start = 0.0;
-                if head_apart {
-                    // Timing only: the head's loop in a submission of its own, to measure its share.
-                    step.submit()?;
-                    finish(gpu).await?;
-                    head_start = now();
-                    step = Step::new(gpu);
-                }
-                drafter.record_drafts(&mut step, &self.draft, target, &self.state.ids, start, spec.use_head, k)?;
-                if spec.timing {
-                    step.submit()?;
-                    finish(gpu).await?;
-                    step = Step::new(gpu);
-                }
-                if head_apart {
-                    spec_stats.head_seconds += now() - head_start;
-                }
-            }
-            let tb = now();
-            self.record_verify(&mut step, start, k, if queued { pending } else { 0 }, &layers, &opts.sampling)?;
-            let bytes = step.submit_and_read(&self.result, 0, (k as u64 + 2) * 4).await?;
+            let bytes = read.wait(gpu).await?;
             let tc = now();
+            last_read = tc;
+            let queued = k == 0 || copied.is_some();
             if spec.timing {
                 spec_stats.draft_seconds += tb - ta;
                 spec_stats.verify_seconds += tc - tb;
