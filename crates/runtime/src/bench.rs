@@ -234,7 +234,7 @@ pub type RoundCostsFn<'a, E> = dyn FnMut(&mut SpeculativeSession<'_>, bool) -> R
 /// `progress` hears which mode runs next and each run end.
 ///
 /// The modes take turns prompt by prompt (each run of a prompt: plain, then every speculative mode),
-/// so a speedup compares runs made minutes apart, not a whole mode's runs against another's made a
+/// so a speedup compares runs made seconds apart, not a whole mode's runs against another's made a
 /// quarter of an hour earlier: on a shared machine the load drifts more than that.
 pub async fn measure<E: From<RuntimeError>>(
     gpu: &Gpu,
