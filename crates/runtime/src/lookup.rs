@@ -69,6 +69,14 @@ impl NgramIndex {
         tokens.iter().for_each(|&t| self.push(t));
     }
 
+    /// The longest match (suffix length n) a proposal can find once one more token is pushed,
+    /// whatever that token is: an n-gram ending in it occurred before only where the n - 1 tokens
+    /// ending the sequence now did, so one more than the longest suffix seen before (capped at
+    /// MAX_NGRAM; 1 when even the last token is new, as the next one may not be).
+    pub fn next_match_reach(&self) -> usize {
+        (self.propose(1).map_or(0, |p| p.ngram) + 1).min(MAX_NGRAM)
+    }
+
     /// Up to `max_len` tokens that followed the latest earlier occurrence of the longest suffix
     /// (n <= MAX_NGRAM) that occurred before; None when even the last token is new.
     pub fn propose(&self, max_len: usize) -> Option<Proposal> {
@@ -132,6 +140,20 @@ impl LookupScheduler {
         best
     }
 
+    /// Whether every match of length n <= `reach`, however many tokens it proposes, would be declined
+    /// against a drafter whose best round is worth `drafter_best` tokens per second on `costs`:
+    /// then the round after a plain step is a plain step too, whatever token that step commits
+    /// (`NgramIndex::next_match_reach` bounds its match length), and can be queued before it is
+    /// read back. Each n's best copy round over every k bounds what `choose` can find in a shorter
+    /// proposal. The margin keeps a near-tie from deciding: the next round compares on costs
+    /// rescaled by the plain step's time, which may move the last bit.
+    pub fn declines_every_match(&self, reach: usize, costs: &RoundCosts, drafter_best: f64) -> bool {
+        self.models.iter().take(reach).all(|m| {
+            let tokens = m.expected_tokens_by_k(usize::MAX);
+            (1..tokens.len()).all(|k| tokens[k] / costs.verify_cost(k).max(1e-12) <= drafter_best * (1.0 - 1e-9))
+        })
+    }
+
     /// A lookup round on an n-gram match verified k copied tokens and accepted `accepted`.
     pub fn observe(&mut self, ngram: usize, k: usize, accepted: usize) {
         self.models[ngram - 1].observe(k, accepted);
@@ -193,6 +215,27 @@ mod tests {
         }
     }
 
+    #[test]
+    fn no_next_token_finds_a_longer_match_than_the_reach() {
+        let mut rng = 777u64;
+        let mut i = NgramIndex::new();
+        let mut reached = [false; MAX_NGRAM + 1];
+        for _ in 0..300 {
+            let reach = i.next_match_reach();
+            for t in 0..5u32 {
+                let mut after = i.clone();
+                after.push(t);
+                let n = after.propose(1).map_or(0, |p| p.ngram);
+                assert!(n <= reach, "{:?} + {t}: match {n} beyond reach {reach}", i.tokens);
+                reached[n] |= n == reach;
+            }
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            i.push(((rng >> 33) % 5) as u32);
+        }
+        // The bound is tight: every reach is attained by some next token somewhere.
+        assert!(reached[1..].iter().all(|&r| r), "{reached:?}");
+    }
+
     /// A CPU-adapter-like table: verifying k given tokens costs 1 + 0.3 k plain steps.
     fn costs() -> RoundCosts {
         let seconds: Vec<f64> = (0..=7).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.3 * k as f64 }).collect();
@@ -224,6 +267,43 @@ mod tests {
             s.choose(&p, &costs()).0 > 0
         });
         assert!(passes.is_some_and(|n| n > 20), "{passes:?}");
+    }
+
+    #[test]
+    fn a_plain_step_is_known_to_follow_only_where_every_match_length_would_be_declined() {
+        let c = costs();
+        // A drafter worth no more than plain steps (one token per plain step's second).
+        let plain = 1.0;
+        // The optimistic prior copies: a plain step may not be queued.
+        assert!(!LookupScheduler::new(7).declines_every_match(MAX_NGRAM, &c, plain));
+        let mut s = LookupScheduler::new(7);
+        for n in 1..=MAX_NGRAM {
+            for _ in 0..30 {
+                s.observe(n, 1, 0);
+            }
+        }
+        assert!(s.declines_every_match(MAX_NGRAM, &c, plain));
+        // ... and it agrees with `choose` on every proposal, whatever its length.
+        for n in 1..=MAX_NGRAM {
+            for len in 1..=7 {
+                let (k, v) = s.choose(&Proposal { ngram: n, tokens: vec![5; len] }, &c);
+                assert!(k == 0 || v <= plain, "n {n} len {len}: {k} {v}");
+            }
+        }
+        // One length that still pays is enough to copy.
+        for _ in 0..30 {
+            s.observe(2, 7, 7);
+        }
+        assert!(!s.declines_every_match(MAX_NGRAM, &c, plain));
+        assert!(s.choose(&Proposal { ngram: 2, tokens: vec![5; 3] }, &c).0 > 0);
+        // ... unless no match of that length can be found next round,
+        assert!(s.declines_every_match(1, &c, plain));
+        // ... or the drafter's own rounds are worth more than that copy.
+        assert!(s.declines_every_match(MAX_NGRAM, &c, 100.0));
+        // A tie is not a decline: rescaled costs could tip it either way.
+        let tie = s.choose(&Proposal { ngram: 2, tokens: vec![5; 7] }, &c).1;
+        assert!(!s.declines_every_match(MAX_NGRAM, &c, tie));
+        assert!(s.declines_every_match(MAX_NGRAM, &c, tie * 1.001));
     }
 
     #[test]

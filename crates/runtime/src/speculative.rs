@@ -372,7 +372,15 @@ impl<'m> SpeculativeSession<'m> {
         let mut last_read = now();
         while done.is_none() {
             let (copied, k, read, ta, tb) = match queued_plain.take() {
-                Some(read) => (None, 0, read, last_read, last_read),
+                Some(read) => {
+                    // The match this round would have declined ages as a declined one does.
+                    if let Some((index, chooser)) = &mut lookup {
+                        if let Some(p) = index.propose(max_k) {
+                            chooser.pass(p.ngram);
+                        }
+                    }
+                    (None, 0, read, last_read, last_read)
+                }
                 None => {
                     // Copied drafts (n-gram length, tokens) where they are expected to beat the
                     // drafter's best round (plain steps included); else the drafter's schedule decides.
@@ -436,11 +444,12 @@ impl<'m> SpeculativeSession<'m> {
             // Pipelining, as `Session` decodes: where this round is a plain step and the schedule
             // will make the next one a plain step too whatever token this one commits, the next is
             // submitted before this one is read, so the GPU does not idle while the CPU reads back
-            // and records. Not with lookup (the next round's copies depend on this round's token),
-            // nor with timing syncs, nor where the queued round's feature row would not fit.
+            // and records. With lookup, the next round's match depends on this round's token, so
+            // only where no match it can find would be copied. Not with timing syncs, nor where
+            // the queued round's feature row would not fit.
             let queue_plain = k == 0
                 && copied.is_none()
-                && lookup.is_none()
+                && lookup.as_ref().is_none_or(|(index, chooser)| chooser.declines_every_match(index.next_match_reach(), &scheduler.costs, scheduler.best_value()))
                 && !spec.timing
                 && pending + 2 <= MAX_ROWS as u32
                 && output.len() + 1 < opts.max_tokens

@@ -9,6 +9,7 @@ use domino_models::drafter_reference::{speculative_greedy, ReferenceDrafter};
 use domino_models::reference::ReferenceModel;
 use domino_models::testing::{write_tiny_drafter, write_tiny_model, TinyDrafterSpec, TinySpec};
 use domino_models::{Checkpoint, Qwen3Config, Qwen3Model};
+use domino_runtime::lookup::LookupScheduler;
 use domino_runtime::{DraftLen, GenerateOptions, RoundCosts, Session, SpeculativeOptions, SpeculativeSession};
 use pollster::block_on;
 use std::sync::Arc;
@@ -505,6 +506,23 @@ fn prompt_lookup_rounds_copy_repeated_text_and_keep_the_output() {
         assert_eq!(a.output_ids, b.output_ids, "{name}: sampled output with lookup must follow the seed");
         assert!(st.lookup_rounds > 0, "{name}: no sampled lookup round");
         assert_eq!(spec.lookup_history().iter().map(|c| c.rounds()).sum::<f64>(), copies, "{name}: sampled rounds entered the history");
+        // Copies that failed before: plain rounds, queued behind the one being read where no match
+        // would be copied (`timing` turns that queueing off), until the declined matches age back
+        // to the prior. The same rounds either way, and the plain output.
+        let mut failed = LookupScheduler::empty_history(max_k);
+        failed.iter_mut().for_each(|c| (0..3).for_each(|_| c.record(1, 0)));
+        let mut schedules = Vec::new();
+        for timing in [false, true] {
+            let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
+            spec.set_lookup_history(failed.clone());
+            let prompt = [100u32, 7, 250, 31, 31, 9, 44];
+            let (got, st) = block_on(spec.generate(&prompt, &greedy(80), &SpeculativeOptions { timing, ..so.clone() }, &mut |_| true)).unwrap();
+            let want = block_on(plain.generate(&prompt, &greedy(80), &mut |_| true)).unwrap().output_ids;
+            assert_eq!(got.output_ids, want, "{name} timing {timing}");
+            schedules.push((st.draft_lengths, st.acceptance_lengths, st.lookup_rounds));
+        }
+        assert_eq!(schedules[0], schedules[1], "{name}: queued plain rounds changed the schedule");
+        assert!(schedules[0].0.windows(3).any(|w| w == [0, 0, 0]), "{name}: no run of plain rounds: {:?}", schedules[0].0);
         let fixed = SpeculativeOptions { draft_len: DraftLen::Fixed(2), lookup: true, ..Default::default() };
         let err = block_on(spec.generate(&[1, 2, 3], &greedy(5), &fixed, &mut |_| true)).unwrap_err();
         assert!(err.to_string().contains("prompt lookup"), "{name}: {err}");
