@@ -129,15 +129,21 @@ impl LookupScheduler {
     /// The number of the proposal's tokens to verify (0: not worth a round) and its expected tokens
     /// per second on `costs`' verify-only times.
     pub fn choose(&self, p: &Proposal, costs: &RoundCosts) -> (usize, f64) {
-        let tokens = self.models[p.ngram - 1].expected_tokens_by_k(usize::MAX);
-        let mut best = (0, 1.0 / costs.verify_cost(0).max(1e-12));
-        for (k, t) in tokens.iter().enumerate().take(p.tokens.len() + 1).skip(1) {
-            let v = t / costs.verify_cost(k).max(1e-12);
+        let values = self.values(p.ngram, costs);
+        let mut best = (0, values[0]);
+        for (k, &v) in values.iter().enumerate().take(p.tokens.len() + 1).skip(1) {
             if v > best.1 {
                 best = (k, v);
             }
         }
         best
+    }
+
+    /// Expected tokens per second of a round verifying k tokens copied after an n-gram match, for
+    /// every k (k = 0: a plain step).
+    fn values(&self, ngram: usize, costs: &RoundCosts) -> Vec<f64> {
+        let tokens = self.models[ngram - 1].expected_tokens_by_k(usize::MAX);
+        tokens.iter().enumerate().map(|(k, t)| t / costs.verify_cost(k).max(1e-12)).collect()
     }
 
     /// Whether every match of length n <= `reach`, however many tokens it proposes, would be declined
@@ -148,10 +154,7 @@ impl LookupScheduler {
     /// proposal. The margin keeps a near-tie from deciding: the next round compares on costs
     /// rescaled by the plain step's time, which may move the last bit.
     pub fn declines_every_match(&self, reach: usize, costs: &RoundCosts, drafter_best: f64) -> bool {
-        self.models.iter().take(reach).all(|m| {
-            let tokens = m.expected_tokens_by_k(usize::MAX);
-            (1..tokens.len()).all(|k| tokens[k] / costs.verify_cost(k).max(1e-12) <= drafter_best * (1.0 - 1e-9))
-        })
+        (1..=reach.min(MAX_NGRAM)).all(|n| self.values(n, costs)[1..].iter().all(|&v| v <= drafter_best * (1.0 - 1e-9)))
     }
 
     /// A lookup round on an n-gram match verified k copied tokens and accepted `accepted`.
