@@ -1,5 +1,6 @@
 //! Criterion benchmarks of the two kernels that dominate a decode step and a verify pass: the matmul
-//! (decode: 1 row; batched: 8 rows) and the split-KV attention (decode: 1 row over 512 cached keys;
+//! (decode: 1 row; batched: 8 rows; and a Q4_1 matrix of SmolLM2's width at the 1-8 rows of a verify
+//! pass) and the split-KV attention (decode: 1 row over 512 cached keys;
 //! verify: 17 rows), on the default adapter (`Gpu::new` with default options: the first adapter of
 //! `domino devices`, with the variants the engine itself would pick).
 //!
@@ -14,7 +15,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape};
 use domino_engine::testing::Rng;
-use domino_engine::{Epilogue, Gpu, GpuOptions, Matrix, Rows, Step, WeightFormat};
+use domino_engine::{Epilogue, Gpu, GpuOptions, Matrix, QuantType, Rows, Step, WeightFormat};
 use std::sync::{Arc, OnceLock};
 
 fn gpu() -> &'static Arc<Gpu> {
@@ -55,6 +56,31 @@ fn matmul(c: &mut Criterion) {
                 })
             });
         }
+    }
+    group.finish();
+}
+
+/// The CPU family's verify passes: a Q4_1 matrix of SmolLM2's layer width (k 576) read by 1-8 rows
+/// through an activation buffer, as the runtime's passes read it (uniform windows on CPU adapters).
+fn matmul_quant(c: &mut Criterion) {
+    let gpu = gpu();
+    let (k, n) = (576usize, 4608usize);
+    let mut rng = Rng::new(3);
+    let w = rng.vec(n * k, 1.0 / (k as f32).sqrt());
+    let x = gpu.activation_buffer("x", (8 * k * 4) as u64).expect("buffer");
+    gpu.write(&x, 0, &rng.vec(8 * k, 1.0));
+    let y = gpu.activation_buffer("y", (8 * n * 4) as u64).expect("buffer");
+    let m = Matrix::from_f32(gpu, "w", n, k, &w, WeightFormat::Quant(QuantType::Q4_1)).expect("upload");
+    let mut group = c.benchmark_group("matmul_quant");
+    group.throughput(Throughput::Bytes(m.bytes()));
+    for rows in [1u32, 2, 4, 8] {
+        group.bench_function(format!("q4_1/k{k}_n{n}/rows{rows}"), |b| {
+            b.iter(|| {
+                let mut step = Step::new(gpu);
+                kernels::matmul(&mut step, &m, &Rows::new(&x, 0, k as u32), &Rows::new(&y, 0, n as u32), rows, Epilogue::Store).expect("matmul");
+                pollster::block_on(step.submit_and_read(&y, 0, 4)).expect("readback")
+            })
+        });
     }
     group.finish();
 }
@@ -107,6 +133,6 @@ criterion_group! {
     name = benches;
     // GPU work on a software adapter is slow and its timings are steady: few samples suffice.
     config = Criterion::default().sample_size(10);
-    targets = matmul, attention
+    targets = matmul, matmul_quant, attention
 }
 criterion_main!(benches);
