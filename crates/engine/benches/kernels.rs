@@ -12,10 +12,11 @@
 //!   cargo bench -p domino-engine -- --warm-up-time 1 --measurement-time 3   # quick run
 //!   cargo bench -p domino-engine -- matmul/f16                          # filter
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape};
 use domino_engine::testing::Rng;
-use domino_engine::{Epilogue, Gpu, GpuOptions, Matrix, QuantType, Rows, Step, WeightFormat};
+use domino_engine::{Epilogue, Gpu, GpuBuffer, GpuOptions, Matrix, QuantType, Rows, Step, WeightFormat};
 use std::sync::{Arc, OnceLock};
 
 fn gpu() -> &'static Arc<Gpu> {
@@ -36,6 +37,18 @@ fn upload(gpu: &Gpu, label: &str, data: &[f32]) -> Arc<domino_engine::GpuBuffer>
     b
 }
 
+/// One matmul of `rows` rows of x by `m` into y per iteration: record, submit, wait for 4 bytes.
+fn bench_matmul(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, m: &Matrix, x: &Arc<GpuBuffer>, y: &Arc<GpuBuffer>, rows: u32) {
+    let gpu = gpu();
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            let mut step = Step::new(gpu);
+            kernels::matmul(&mut step, m, &Rows::new(x, 0, m.k as u32), &Rows::new(y, 0, m.n as u32), rows, Epilogue::Store).expect("matmul");
+            pollster::block_on(step.submit_and_read(y, 0, 4)).expect("readback")
+        })
+    });
+}
+
 fn matmul(c: &mut Criterion) {
     let gpu = gpu();
     let (k, n) = (1024usize, 4096usize);
@@ -48,13 +61,7 @@ fn matmul(c: &mut Criterion) {
         let m = Matrix::from_f32(gpu, "w", n, k, &w, format).expect("upload");
         group.throughput(Throughput::Bytes(m.bytes()));
         for rows in [1u32, 8] {
-            group.bench_function(format!("{}/k{k}_n{n}/rows{rows}", format.name()), |b| {
-                b.iter(|| {
-                    let mut step = Step::new(gpu);
-                    kernels::matmul(&mut step, &m, &Rows::new(&x, 0, k as u32), &Rows::new(&y, 0, n as u32), rows, Epilogue::Store).expect("matmul");
-                    pollster::block_on(step.submit_and_read(&y, 0, 4)).expect("readback")
-                })
-            });
+            bench_matmul(&mut group, &format!("{}/k{k}_n{n}/rows{rows}", format.name()), &m, &x, &y, rows);
         }
     }
     group.finish();
@@ -74,13 +81,7 @@ fn matmul_quant(c: &mut Criterion) {
     let mut group = c.benchmark_group("matmul_quant");
     group.throughput(Throughput::Bytes(m.bytes()));
     for rows in [1u32, 2, 4, 8] {
-        group.bench_function(format!("q4_1/k{k}_n{n}/rows{rows}"), |b| {
-            b.iter(|| {
-                let mut step = Step::new(gpu);
-                kernels::matmul(&mut step, &m, &Rows::new(&x, 0, k as u32), &Rows::new(&y, 0, n as u32), rows, Epilogue::Store).expect("matmul");
-                pollster::block_on(step.submit_and_read(&y, 0, 4)).expect("readback")
-            })
-        });
+        bench_matmul(&mut group, &format!("q4_1/k{k}_n{n}/rows{rows}"), &m, &x, &y, rows);
     }
     group.finish();
 }
