@@ -19,7 +19,7 @@ cd "$root/fuzz"
 
 seconds="${1:-60}"
 shift || true
-all_targets=(gguf safetensors shard_index target_config drafter_config gguf_tokenizer chat_template)
+all_targets=(gguf safetensors shard_index target_config drafter_config gguf_tokenizer chat_template lookup_table)
 targets=("${@:-${all_targets[@]}}")
 sanitizer="${FUZZ_SANITIZER:-none}"
 export RUSTC_BOOTSTRAP=1

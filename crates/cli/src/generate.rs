@@ -208,7 +208,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             } else {
                 format!("rounds {:.3}s (--timing splits draft / verify / head)", sp.verify_seconds)
             };
-            let copied = if args.lookup { format!(" ({} of them copies by --lookup)", sp.lookup_rounds) } else { String::new() };
+            let copied = if args.lookup { format!(" ({} of them copies by --lookup, {} from the drafter's n-gram table)", sp.lookup_rounds, sp.table_rounds) } else { String::new() };
             eprintln!("{} rounds{copied}, mean acceptance {:.2}, mean draft length {:.2}, {split}", sp.rounds, sp.mean_acceptance, sp.mean_draft_length);
         }
     }

@@ -7,6 +7,7 @@ use domino_models::{open_model, ModelFiles};
 use domino_runtime::{MemoryLimits, MemoryPlan, MemoryRequest};
 use domino_models::drafter::DrafterConfig;
 use domino_models::drafter_gpu::DrafterModel;
+use domino_models::ngram_table::NgramTable;
 use domino_models::{Checkpoint, Qwen3Model};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
@@ -181,5 +182,6 @@ pub fn load_drafter(target: &Qwen3Model, dir: &str, block_size: Option<usize>, d
     let ckpt = Checkpoint::open(dir)?;
     let mut drafter = DrafterModel::load(config, &ckpt, target, format)?;
     drafter.set_draft_vocab(target, draft_vocab)?;
+    drafter.lookup_table = NgramTable::load_beside(dir, target.config.vocab_size)?.map(Arc::new);
     Ok(drafter)
 }

@@ -7,6 +7,8 @@ use clap::{Args, Subcommand};
 use domino_models::drafter::default_target_layer_ids;
 use domino_models::tokenizer::{ChatMessage, TextTokenizer};
 use domino_models::open_model;
+use domino_models::ngram_table::NgramTable;
+use domino_train::data::{read_shard, DataMeta};
 use domino_train::distill::{generate_data, generate_data_cpu, DistillOptions};
 use domino_train::{EvalStats, LossKind, TrainError, TrainOptions};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -25,6 +27,26 @@ enum TrainCommand {
     Data(DataArgs),
     /// Train a Domino drafter (or a DFlash backbone with --no-head) on such data.
     Drafter(DrafterArgs),
+    /// Build the static n-gram table that `--lookup` consults (the drafter folder's
+    /// lookup-ngrams.safetensors) from such data.
+    Ngrams(NgramArgs),
+}
+
+#[derive(Debug, Args)]
+struct NgramArgs {
+    /// Folders written by `domino train data` (repeatable; all of one tokenizer).
+    #[arg(long, required = true)]
+    data: Vec<PathBuf>,
+    /// The table file; `--lookup` reads it as lookup-ngrams.safetensors in the drafter folder.
+    #[arg(long)]
+    out: PathBuf,
+    /// Keep a context only where its most frequent successor followed it at least N times.
+    #[arg(long, default_value_t = 2)]
+    min_count: u32,
+    /// Count the prompts' tokens too, not only the target's own continuations (what lookup is
+    /// asked to predict; prompts add little and double the table).
+    #[arg(long)]
+    with_prompts: bool,
 }
 
 #[derive(Debug, Args)]
@@ -160,7 +182,33 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     match args.command {
         TrainCommand::Data(a) => data(a),
         TrainCommand::Drafter(a) => drafter(a),
+        TrainCommand::Ngrams(a) => ngrams(a),
     }
+}
+
+fn ngrams(args: NgramArgs) -> Result<(), CliError> {
+    let mut texts = Vec::new();
+    let mut vocab = None;
+    for dir in &args.data {
+        let meta = DataMeta::read(dir).map_err(train_error)?;
+        if vocab.is_some_and(|v| v != meta.vocab_size) {
+            return Err(CliError::Usage(format!("{}: a vocabulary of {}, the data before it has {}", dir.display(), meta.vocab_size, vocab.unwrap_or(0))));
+        }
+        vocab = Some(meta.vocab_size);
+        for i in 0..meta.num_shards() {
+            // Tokens only: the features are what a drafter trains on, not this table.
+            for seq in read_shard(dir, i, &meta).map_err(train_error)? {
+                let from = if args.with_prompts { 0 } else { seq.prompt_len };
+                texts.push(seq.tokens[from.min(seq.tokens.len())..].to_vec());
+            }
+        }
+    }
+    let vocab = vocab.unwrap_or(0);
+    let table = NgramTable::build(texts.iter().map(|t| t.as_slice()), vocab, args.min_count);
+    table.save(&args.out)?;
+    let tokens: usize = texts.iter().map(|t| t.len()).sum();
+    eprintln!("wrote {}: {} contexts from {tokens} tokens of {} sequences (min count {})", args.out.display(), table.len(), texts.len(), args.min_count);
+    Ok(())
 }
 
 fn train_error(e: TrainError) -> CliError {

@@ -280,6 +280,56 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
     assert!(e.contains("--lookup") && e.contains("--draft-len auto"), "{e}");
 }
 
+/// `train ngrams` builds the table from `train data` output; a drafter folder holding it as
+/// lookup-ngrams.safetensors gives `--lookup` table rounds with the plain output; a corrupt table or
+/// one of another vocabulary is one clear error line.
+#[test]
+fn lookup_table_from_train_ngrams_keeps_the_output() {
+    use domino_models::drafter::DrafterKind;
+    use domino_models::ngram_table::FILE_NAME;
+    use domino_models::testing::{write_tiny_drafter, TinyDrafterSpec};
+    let spec = TinySpec { embed_scale: 4.0, ..TinySpec::default() };
+    let dir = tiny(&spec);
+    let m = dir.path().to_str().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let d = work.path().join("domino");
+    write_tiny_drafter(&d, &spec, &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 4, ..TinyDrafterSpec::default() }).unwrap();
+    let prompts = work.path().join("prompts.jsonl");
+    std::fs::write(&prompts, "{\"prompt_ids\": [9, 8, 7]}\n{\"prompt_ids\": [5, 6]}\n{\"prompt_ids\": [30, 31, 32]}\n").unwrap();
+    let data = work.path().join("data");
+    let out = domino(&["train", "data", "--model", m, "--prompts", prompts.to_str().unwrap(), "--out", data.to_str().unwrap(), "--max-new-tokens", "40", "--ignore-eos", "--device", "cpu"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = d.join(FILE_NAME);
+    let out = domino(&["train", "ngrams", "--data", data.to_str().unwrap(), "--out", table.to_str().unwrap(), "--min-count", "1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("contexts from"));
+    let common = ["--prompt-ids", "5,6,7", "--max-tokens", "40", "--ignore-eos"];
+    let plain = json_generate(dir.path(), &common);
+    let mut args = common.to_vec();
+    args.extend(["--draft", d.to_str().unwrap(), "--lookup"]);
+    let v = json_generate(dir.path(), &args);
+    assert_eq!(v["output_ids"], plain["output_ids"], "lookup with a table changed the output");
+    let table_rounds = v["stats"]["table_rounds"].as_u64().unwrap();
+    assert!(table_rounds > 0 && table_rounds <= v["stats"]["lookup_rounds"].as_u64().unwrap(), "{}", v["stats"]);
+    // Hostile tables: named, never a panic.
+    let good = std::fs::read(&table).unwrap();
+    std::fs::write(&table, &good[..good.len() / 2]).unwrap();
+    let with_table = ["generate", "--model", m, "--draft", d.to_str().unwrap(), "--lookup", "--prompt-ids", "1,2"];
+    let e = expect_error(&with_table);
+    assert!(e.contains(FILE_NAME), "{e}");
+    let other = TinySpec { vocab: 200, ..spec.clone() };
+    let other_dir = tiny(&other);
+    let other_data = work.path().join("other-data");
+    let out = domino(&["train", "data", "--model", other_dir.path().to_str().unwrap(), "--prompts", prompts.to_str().unwrap(), "--out", other_data.to_str().unwrap(), "--max-new-tokens", "8", "--device", "cpu"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = domino(&["train", "ngrams", "--data", other_data.to_str().unwrap(), "--out", table.to_str().unwrap(), "--min-count", "1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e = expect_error(&with_table);
+    assert!(e.contains(FILE_NAME) && e.contains("vocabulary of 200"), "{e}");
+    let e = expect_error(&["train", "ngrams", "--data", data.to_str().unwrap(), "--data", other_data.to_str().unwrap(), "--out", table.to_str().unwrap()]);
+    assert!(e.contains("vocabulary"), "{e}");
+}
+
 fn plan_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["plan", "--json"];
     all.extend_from_slice(args);

@@ -86,7 +86,8 @@ impl Checkpoint {
             })?;
             for entry in rd.flatten() {
                 let name = entry.file_name().to_string_lossy().to_string();
-                if name.ends_with(".safetensors") {
+                // A drafter folder's lookup table is not a weight shard.
+                if name.ends_with(".safetensors") && name != crate::ngram_table::FILE_NAME {
                     names.push(name);
                 }
             }

@@ -8,6 +8,7 @@ use crate::checkpoint::{expect_shape, expect_tensor, WeightSource};
 use crate::drafter::{detect_head_prefix, DrafterConfig, DrafterKind};
 use crate::error::Result;
 use crate::qwen3::{LayerDims, LayerIo, LayerWeights, QkvWeights, Qwen3Model};
+use crate::ngram_table::NgramTable;
 use domino_engine::kernels::{self, AttentionScratch, AttentionShape, SamplingConfig};
 use domino_engine::{Epilogue, Gpu, GpuBuffer, HostTensor, Matrix, Rows, Step, WeightFormat};
 use std::sync::Arc;
@@ -38,6 +39,9 @@ pub struct DrafterModel {
     /// With a shortlist: the views of the target's lm_head and the head's correction restricted to
     /// it, made once (`Matrix::leading_outputs` shares the weights).
     shortlist: Option<Shortlist>,
+    /// The static n-gram table shipped beside the drafter (`ngram_table::FILE_NAME`), which prompt
+    /// lookup consults where the text itself has no earlier occurrence to copy; None without one.
+    pub lookup_table: Option<Arc<NgramTable>>,
 }
 
 struct Shortlist {
@@ -96,7 +100,7 @@ impl DrafterModel {
             _ => None,
         };
         let draft_vocab = target.config.vocab_size;
-        Ok(Self { gpu, config, fc, hidden_norm, layers, norm, head, draft_vocab, shortlist: None })
+        Ok(Self { gpu, config, fc, hidden_norm, layers, norm, head, draft_vocab, shortlist: None, lookup_table: None })
     }
 
     /// Draft only among the first `n` token ids of the target's vocabulary (None: all of them).

@@ -8,7 +8,9 @@
 //!   drafter accepted against a target;
 //! - a shard index only names plain files in the checkpoint folder;
 //! - a tokenizer that builds encodes to ids inside its vocabulary;
-//! - a chat template renders within the fuel and output limits, or fails with an error.
+//! - a chat template renders within the fuel and output limits, or fails with an error;
+//! - a lookup n-gram table that loads proposes only tokens inside its vocabulary, never more than
+//!   asked for, and writes back to a file that loads as the same table.
 //!
 //! See docs/fuzzing.md.
 
@@ -19,6 +21,7 @@ use crate::error::ModelError;
 use crate::gguf::GgufFile;
 use crate::gguf_model::{config_from_gguf, GgufWeights};
 use crate::gguf_tokenizer::tokenizer_from_gguf;
+use crate::ngram_table::{NgramTable, CONFIDENCE_CLASSES, MAX_CONTEXT, MIN_CONTEXT};
 use crate::tokenizer::{render_chat_template, ChatMessage, MAX_CHAT_PROMPT_BYTES};
 use std::path::Path;
 
@@ -31,6 +34,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("drafter_config", drafter_config),
     ("gguf_tokenizer", gguf_tokenizer),
     ("chat_template", chat_template),
+    ("lookup_table", lookup_table),
 ];
 
 fn product(shape: impl IntoIterator<Item = u64>) -> Option<u64> {
@@ -211,4 +215,24 @@ pub fn chat_template(bytes: &[u8]) {
     if let Ok(out) = render_chat_template(&source, &messages(), true, false, "<s>", "</s>") {
         assert!(out.len() <= MAX_CHAT_PROMPT_BYTES, "rendered {} bytes", out.len());
     }
+}
+
+/// A lookup n-gram table file (`ngram_table`): proposals after contexts made of its own tokens and
+/// of the input's bytes stay inside the vocabulary and within the length asked for, and the table
+/// round-trips through its file format.
+pub fn lookup_table(bytes: &[u8]) {
+    let path = Path::new("lookup-ngrams.safetensors");
+    let Ok(table) = NgramTable::from_bytes(bytes, path) else { return };
+    let vocab = table.vocab_size();
+    let contexts: Vec<Vec<u32>> = bytes.chunks(4).take(64).map(|c| c.iter().map(|&b| b as u32 % vocab as u32).collect()).collect();
+    for (i, context) in contexts.iter().enumerate() {
+        let max_len = i % 9;
+        if let Some(p) = table.propose(context, max_len) {
+            assert!(!p.tokens.is_empty() && p.tokens.len() <= max_len, "{} tokens for max_len {max_len}", p.tokens.len());
+            assert!(p.tokens.iter().all(|&t| (t as usize) < vocab), "a proposed token outside the vocabulary {vocab}");
+            assert!((MIN_CONTEXT..=MAX_CONTEXT).contains(&p.context) && p.confidence < CONFIDENCE_CLASSES);
+        }
+    }
+    let again = NgramTable::from_bytes(&table.to_bytes(), path).expect("a loaded table writes a loadable file");
+    assert!(again == table, "the table changed through its file format");
 }

@@ -14,6 +14,7 @@ pub mod gguf;
 pub mod gguf_model;
 pub mod gguf_tokenizer;
 pub mod gguf_writer;
+pub mod ngram_table;
 pub mod qwen3;
 pub mod reference;
 pub mod source;

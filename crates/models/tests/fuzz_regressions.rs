@@ -159,6 +159,20 @@ fn write_fuzz_seeds() {
         write(&seeds.join("drafter_config"), name, serde_json::to_string_pretty(&drafter_config_json(&TinySpec::default(), &d)).unwrap().as_bytes());
     }
 
+    // lookup_table: tables of a tiny repeating text (several confidence classes) and of a random
+    // text over 6 tokens (min count 2).
+    use domino_models::ngram_table::NgramTable;
+    let text: Vec<u32> = (0..400u32).map(|i| (i * 7 + i / 13) % 32).collect();
+    write(&seeds.join("lookup_table"), "tiny-text.safetensors", &NgramTable::build([text.as_slice()], 32, 1).to_bytes());
+    let mut rng = 5u64;
+    let random: Vec<u32> = (0..600)
+        .map(|_| {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((rng >> 33) % 6) as u32
+        })
+        .collect();
+    write(&seeds.join("lookup_table"), "random-6-min2.safetensors", &NgramTable::build([random.as_slice()], 6, 2).to_bytes());
+
     // chat_template: the tiny ChatML template, SmolLM2's and Qwen3's real ones.
     let ct = seeds.join("chat_template");
     write(&ct, "chatml.jinja", CHAT_TEMPLATE.as_bytes());

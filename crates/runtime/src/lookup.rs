@@ -8,8 +8,13 @@
 //! output stays the plain output and sampled acceptance (a point-mass proposal, as for the drafter's
 //! argmax drafts) stays exact.
 //!
+//! Where the text has no earlier occurrence to copy, the drafter's static n-gram table
+//! (`domino_models::ngram_table`, what followed the same 2-4 tokens in other generations of the
+//! same model) may propose instead.
+//!
 //! `LookupScheduler` decides how many copied tokens a round verifies: one `AcceptanceModel` per
-//! match length n (a 3-gram match is a far better bet than a 1-gram one), and the k that maximises
+//! class of proposal (a 3-gram match in the text is a far better bet than a 1-gram one; a table
+//! proposal's class is its context length and confidence), and the k that maximises
 //! expected tokens per second on the verify-only costs (`RoundCosts::verify_seconds`). The session
 //! compares that with the drafter's best round and runs the better one. Greedy generations start
 //! from the copies' acceptance in earlier ones (`LookupScheduler::with_history`): how often copies
@@ -17,16 +22,48 @@
 //! learn again from the optimistic prior.
 
 use crate::draft_len::{AcceptanceCounts, AcceptanceModel, RoundCosts};
+use domino_models::ngram_table::{NgramTable, StaticProposal, CONFIDENCE_CLASSES, MAX_CONTEXT, MIN_CONTEXT};
 use std::collections::HashMap;
 
 /// The longest suffix matched.
 pub const MAX_NGRAM: usize = 3;
+
+/// Acceptance classes: a match of n = 1..=MAX_NGRAM tokens in the text (`text_class`), then the
+/// static table's proposals by context length and confidence (`table_class`).
+pub const CLASSES: usize = MAX_NGRAM + (MAX_CONTEXT - MIN_CONTEXT + 1) * CONFIDENCE_CLASSES;
+
+pub fn text_class(ngram: usize) -> usize {
+    ngram - 1
+}
+
+pub fn table_class(context: usize, confidence: usize) -> usize {
+    MAX_NGRAM + (context - MIN_CONTEXT) * CONFIDENCE_CLASSES + confidence
+}
 
 /// A match: the suffix length n it was found with and the tokens it proposes (at least one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proposal {
     pub ngram: usize,
     pub tokens: Vec<u32>,
+}
+
+/// Tokens a round may verify with no draft pass, and the class whose acceptance judges them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub class: usize,
+    pub tokens: Vec<u32>,
+}
+
+impl From<Proposal> for Candidate {
+    fn from(p: Proposal) -> Self {
+        Self { class: text_class(p.ngram), tokens: p.tokens }
+    }
+}
+
+impl From<StaticProposal> for Candidate {
+    fn from(p: StaticProposal) -> Self {
+        Self { class: table_class(p.context, p.confidence), tokens: p.tokens }
+    }
 }
 
 /// The committed tokens and, for every n-gram (n = 1..=MAX_NGRAM) that has a continuation, where
@@ -55,6 +92,17 @@ impl NgramIndex {
 
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// What the next round may copy: this text's match and the table's proposal after it.
+    pub fn candidates(&self, table: Option<&NgramTable>, max_len: usize) -> Vec<Candidate> {
+        let text = self.propose(max_len).map(Candidate::from);
+        let table = table.and_then(|t| t.propose(&self.tokens, max_len)).map(Candidate::from);
+        text.into_iter().chain(table).collect()
     }
 
     pub fn push(&mut self, token: u32) {
@@ -98,21 +146,21 @@ const PRIOR_RATE: f64 = 0.8;
 const PRIOR_WEIGHT: f64 = 1.0;
 const FORGETTING: f64 = 0.9;
 
-/// How many copied tokens a round verifies, from per-match-length acceptance.
+/// How many copied tokens a round verifies, from per-class acceptance.
 #[derive(Debug, Clone)]
 pub struct LookupScheduler {
-    /// Index n - 1: matches found with an n-token suffix.
+    /// One per class (`CLASSES`).
     models: Vec<AcceptanceModel>,
 }
 
 impl LookupScheduler {
     /// `max_k`: the most drafts a round may verify (the drafter's block).
     pub fn new(max_k: usize) -> Self {
-        Self { models: (0..MAX_NGRAM).map(|_| AcceptanceModel::new(max_k, PRIOR_RATE, PRIOR_WEIGHT, FORGETTING)).collect() }
+        Self { models: (0..CLASSES).map(|_| AcceptanceModel::new(max_k, PRIOR_RATE, PRIOR_WEIGHT, FORGETTING)).collect() }
     }
 
-    /// Start each match length from its counts in earlier generations (`history[n - 1]`, worth at
-    /// most `HISTORY_WEIGHT` rounds, as the drafter's); a length without usable counts keeps the prior.
+    /// Start each class from its counts in earlier generations (`history[class]`, worth at most
+    /// `HISTORY_WEIGHT` rounds, as the drafter's); a class without usable counts keeps the prior.
     pub fn with_history(max_k: usize, history: &[AcceptanceCounts]) -> Self {
         let mut s = Self::new(max_k);
         for (model, counts) in s.models.iter_mut().zip(history) {
@@ -121,15 +169,15 @@ impl LookupScheduler {
         s
     }
 
-    /// Empty counts for every match length: a session's history before its first copy.
+    /// Empty counts for every class: a session's history before its first copy.
     pub fn empty_history(max_k: usize) -> Vec<AcceptanceCounts> {
-        (0..MAX_NGRAM).map(|_| AcceptanceCounts::new(max_k)).collect()
+        (0..CLASSES).map(|_| AcceptanceCounts::new(max_k)).collect()
     }
 
-    /// The number of the proposal's tokens to verify (0: not worth a round) and its expected tokens
+    /// The number of the candidate's tokens to verify (0: not worth a round) and its expected tokens
     /// per second on `costs`' verify-only times.
-    pub fn choose(&self, p: &Proposal, costs: &RoundCosts) -> (usize, f64) {
-        let values = self.values(p.ngram, costs);
+    pub fn choose(&self, p: &Candidate, costs: &RoundCosts) -> (usize, f64) {
+        let values = self.values(p.class, costs);
         let mut best = (0, values[0]);
         for (k, &v) in values.iter().enumerate().take(p.tokens.len() + 1).skip(1) {
             if v > best.1 {
@@ -139,33 +187,54 @@ impl LookupScheduler {
         best
     }
 
-    /// Expected tokens per second of a round verifying k tokens copied after an n-gram match, for
+    /// The candidate a round verifies, cut to the k chosen for it: the one worth most tokens per
+    /// second, where that beats `drafter_best` (the drafter's best round, plain steps included).
+    /// Every class not used passes (`pass`).
+    pub fn pick(&mut self, candidates: Vec<Candidate>, costs: &RoundCosts, drafter_best: f64) -> Option<Candidate> {
+        let chosen = candidates.iter().enumerate().map(|(i, c)| (i, self.choose(c, costs))).filter(|&(_, (k, v))| k > 0 && v > drafter_best).max_by(|a, b| a.1 .1.total_cmp(&b.1 .1));
+        let mut picked = None;
+        for (i, mut c) in candidates.into_iter().enumerate() {
+            match chosen {
+                Some((j, (k, _))) if i == j => {
+                    c.tokens.truncate(k);
+                    picked = Some(c);
+                }
+                _ => self.pass(c.class),
+            }
+        }
+        picked
+    }
+
+    /// Expected tokens per second of a round verifying k tokens of a candidate of this class, for
     /// every k (k = 0: a plain step).
-    fn values(&self, ngram: usize, costs: &RoundCosts) -> Vec<f64> {
-        let tokens = self.models[ngram - 1].expected_tokens_by_k(usize::MAX);
+    fn values(&self, class: usize, costs: &RoundCosts) -> Vec<f64> {
+        let tokens = self.models[class].expected_tokens_by_k(usize::MAX);
         tokens.iter().enumerate().map(|(k, t)| t / costs.verify_cost(k).max(1e-12)).collect()
     }
 
-    /// Whether every match of length n <= `reach`, however many tokens it proposes, would be declined
-    /// against a drafter whose best round is worth `drafter_best` tokens per second on `costs`:
-    /// then the round after a plain step is a plain step too, whatever token that step commits
-    /// (`NgramIndex::next_match_reach` bounds its match length), and can be queued before it is
-    /// read back. Each n's best copy round over every k bounds what `choose` can find in a shorter
-    /// proposal. The margin keeps a near-tie from deciding: the next round compares on costs
+    /// Whether every text match of length n <= `reach` and, `with_table`, every table proposal,
+    /// however many tokens it proposes, would be declined against a drafter whose best round is
+    /// worth `drafter_best` tokens per second on `costs`: then the round after a plain step is a
+    /// plain step too, whatever token that step commits (`NgramIndex::next_match_reach` bounds its
+    /// text match length; a table proposal could be of any class), and can be queued before it is
+    /// read back. Each class's best round over every k bounds what `choose` can find in a shorter
+    /// candidate. The margin keeps a near-tie from deciding: the next round compares on costs
     /// rescaled by the plain step's time, which may move the last bit.
-    pub fn declines_every_match(&self, reach: usize, costs: &RoundCosts, drafter_best: f64) -> bool {
-        (1..=reach.min(MAX_NGRAM)).all(|n| self.values(n, costs)[1..].iter().all(|&v| v <= drafter_best * (1.0 - 1e-9)))
+    pub fn declines_every_match(&self, reach: usize, with_table: bool, costs: &RoundCosts, drafter_best: f64) -> bool {
+        let text = (1..=reach.min(MAX_NGRAM)).map(text_class);
+        let table = (MAX_NGRAM..CLASSES).filter(|_| with_table);
+        text.chain(table).all(|c| self.values(c, costs)[1..].iter().all(|&v| v <= drafter_best * (1.0 - 1e-9)))
     }
 
-    /// A lookup round on an n-gram match verified k copied tokens and accepted `accepted`.
-    pub fn observe(&mut self, ngram: usize, k: usize, accepted: usize) {
-        self.models[ngram - 1].observe(k, accepted);
+    /// A lookup round on a candidate of this class verified k tokens and accepted `accepted`.
+    pub fn observe(&mut self, class: usize, k: usize, accepted: usize) {
+        self.models[class].observe(k, accepted);
     }
 
-    /// A match of length n was not used this round: its evidence ages a little, so a match length
+    /// A candidate of this class was not used this round: its evidence ages a little, so a class
     /// judged useless is tried again after a while (the prior comes back) rather than never.
-    pub fn pass(&mut self, ngram: usize) {
-        self.models[ngram - 1].observe(0, 0);
+    pub fn pass(&mut self, class: usize) {
+        self.models[class].observe(0, 0);
     }
 }
 
@@ -239,6 +308,10 @@ mod tests {
         assert!(reached[1..].iter().all(|&r| r), "{reached:?}");
     }
 
+    fn text(ngram: usize, tokens: Vec<u32>) -> Candidate {
+        Proposal { ngram, tokens }.into()
+    }
+
     /// A CPU-adapter-like table: verifying k given tokens costs 1 + 0.3 k plain steps.
     fn costs() -> RoundCosts {
         let seconds: Vec<f64> = (0..=7).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.3 * k as f64 }).collect();
@@ -248,25 +321,25 @@ mod tests {
 
     #[test]
     fn copies_are_verified_as_far_as_they_pay() {
-        let p = Proposal { ngram: 3, tokens: vec![1, 2, 3, 4, 5, 6, 7] };
+        let p = text(3, vec![1, 2, 3, 4, 5, 6, 7]);
         let mut s = LookupScheduler::new(7);
         // Always right: the whole proposal.
         for _ in 0..30 {
-            s.observe(3, 7, 7);
+            s.observe(text_class(3), 7, 7);
         }
         assert_eq!(s.choose(&p, &costs()).0, 7);
         // Never right: no lookup round (plain step value).
         let mut s = LookupScheduler::new(7);
         for _ in 0..30 {
-            s.observe(3, 1, 0);
+            s.observe(text_class(3), 1, 0);
         }
         let (k, v) = s.choose(&p, &costs());
         assert_eq!((k, v), (0, 1.0));
         // A short proposal caps k; other match lengths keep their own evidence (the prior).
-        assert_eq!(s.choose(&Proposal { ngram: 2, tokens: vec![4] }, &costs()).0, 1);
+        assert_eq!(s.choose(&text(2, vec![4]), &costs()).0, 1);
         // Evidence ages while a match length is passed over, until it is tried again.
         let passes = (0..500).position(|_| {
-            s.pass(3);
+            s.pass(text_class(3));
             s.choose(&p, &costs()).0 > 0
         });
         assert!(passes.is_some_and(|n| n > 20), "{passes:?}");
@@ -278,40 +351,76 @@ mod tests {
         // A drafter worth no more than plain steps (one token per plain step's second).
         let plain = 1.0;
         // The optimistic prior copies: a plain step may not be queued.
-        assert!(!LookupScheduler::new(7).declines_every_match(MAX_NGRAM, &c, plain));
+        assert!(!LookupScheduler::new(7).declines_every_match(MAX_NGRAM, false, &c, plain));
         let mut s = LookupScheduler::new(7);
         for n in 1..=MAX_NGRAM {
             for _ in 0..30 {
-                s.observe(n, 1, 0);
+                s.observe(text_class(n), 1, 0);
             }
         }
-        assert!(s.declines_every_match(MAX_NGRAM, &c, plain));
+        assert!(s.declines_every_match(MAX_NGRAM, false, &c, plain));
         // ... and it agrees with `choose` on every proposal, whatever its length.
         for n in 1..=MAX_NGRAM {
             for len in 1..=7 {
-                let (k, v) = s.choose(&Proposal { ngram: n, tokens: vec![5; len] }, &c);
+                let (k, v) = s.choose(&text(n, vec![5; len]), &c);
                 assert!(k == 0 || v <= plain, "n {n} len {len}: {k} {v}");
             }
         }
         // One length that still pays is enough to copy.
         for _ in 0..30 {
-            s.observe(2, 7, 7);
+            s.observe(text_class(2), 7, 7);
         }
-        assert!(!s.declines_every_match(MAX_NGRAM, &c, plain));
-        assert!(s.choose(&Proposal { ngram: 2, tokens: vec![5; 3] }, &c).0 > 0);
+        assert!(!s.declines_every_match(MAX_NGRAM, false, &c, plain));
+        assert!(s.choose(&text(2, vec![5; 3]), &c).0 > 0);
         // ... unless no match of that length can be found next round,
-        assert!(s.declines_every_match(1, &c, plain));
+        assert!(s.declines_every_match(1, false, &c, plain));
         // ... or the drafter's own rounds are worth more than that copy.
-        assert!(s.declines_every_match(MAX_NGRAM, &c, 100.0));
+        assert!(s.declines_every_match(MAX_NGRAM, false, &c, 100.0));
         // A tie is not a decline: rescaled costs could tip it either way.
-        let tie = s.choose(&Proposal { ngram: 2, tokens: vec![5; 7] }, &c).1;
-        assert!(!s.declines_every_match(MAX_NGRAM, &c, tie));
-        assert!(s.declines_every_match(MAX_NGRAM, &c, tie * 1.001));
+        let tie = s.choose(&text(2, vec![5; 7]), &c).1;
+        assert!(!s.declines_every_match(MAX_NGRAM, false, &c, tie));
+        assert!(s.declines_every_match(MAX_NGRAM, false, &c, tie * 1.001));
+        // Table proposals can be of any class after any token: one table class that pays is
+        // enough to copy, whatever the text's reach.
+        let mut s = LookupScheduler::new(7);
+        (0..CLASSES).for_each(|c| (0..30).for_each(|_| s.observe(c, 1, 0)));
+        assert!(s.declines_every_match(MAX_NGRAM, true, &c, plain));
+        let sure = table_class(MAX_CONTEXT, CONFIDENCE_CLASSES - 1);
+        (0..30).for_each(|_| s.observe(sure, 3, 3));
+        assert!(s.declines_every_match(1, false, &c, plain));
+        assert!(!s.declines_every_match(1, true, &c, plain));
+        let p = Candidate::from(StaticProposal { context: MAX_CONTEXT, confidence: CONFIDENCE_CLASSES - 1, tokens: vec![5; 3] });
+        assert_eq!(s.choose(&p, &c).0, 3);
+    }
+
+    #[test]
+    fn a_round_picks_the_candidate_worth_most_and_the_others_pass() {
+        let c = costs();
+        let table = Candidate::from(StaticProposal { context: 4, confidence: 2, tokens: vec![1, 2, 3, 4] });
+        let mut s = LookupScheduler::new(7);
+        // Text 1-gram matches always failed, sure table proposals always held.
+        (0..30).for_each(|_| s.observe(text_class(1), 1, 0));
+        (0..30).for_each(|_| s.observe(table.class, 4, 4));
+        let before = s.clone();
+        let picked = s.pick(vec![text(1, vec![9, 9]), table.clone()], &c, 1.0).unwrap();
+        assert_eq!(picked, table);
+        // The 1-gram class passed (aged toward the prior), the picked one did not.
+        assert!(s.models[text_class(1)].rate(0) > before.models[text_class(1)].rate(0));
+        assert_eq!(s.models[table.class].rate(0), before.models[table.class].rate(0));
+        // Cut to the k chosen for it: a proposal longer than it pays to verify.
+        let mut s = LookupScheduler::new(7);
+        (0..30).for_each(|_| s.observe(table.class, 4, 1));
+        let (k, _) = s.choose(&table, &c);
+        assert!(k < 4);
+        assert_eq!(s.pick(vec![table.clone()], &c, 0.0).unwrap().tokens.len(), k);
+        // Nothing beats a drafter worth more; no candidates, no pick.
+        assert_eq!(s.pick(vec![table.clone()], &c, 100.0), None);
+        assert_eq!(s.pick(vec![], &c, 0.0), None);
     }
 
     #[test]
     fn earlier_generations_set_where_copies_start() {
-        let p = Proposal { ngram: 2, tokens: vec![1, 2, 3] };
+        let p = text(2, vec![1, 2, 3]);
         // The optimistic prior copies at once.
         assert!(LookupScheduler::new(7).choose(&p, &costs()).0 > 0);
         // Copies after a 2-gram always failed before: this generation starts with plain steps.
@@ -321,7 +430,7 @@ mod tests {
         }
         assert_eq!(LookupScheduler::with_history(7, &history).choose(&p, &costs()).0, 0);
         // The other lengths keep the prior, and a history that does not fit is ignored.
-        assert!(LookupScheduler::with_history(7, &history).choose(&Proposal { ngram: 3, ..p.clone() }, &costs()).0 > 0);
+        assert!(LookupScheduler::with_history(7, &history).choose(&Candidate { class: text_class(3), ..p.clone() }, &costs()).0 > 0);
         let mut short = LookupScheduler::empty_history(3);
         (0..20).for_each(|_| short[1].record(3, 0));
         assert!(LookupScheduler::with_history(7, &short).choose(&p, &costs()).0 > 0);

@@ -8,7 +8,7 @@
 use crate::clock::now;
 use crate::draft_len::{AcceptanceCounts, DraftLen, DraftScheduler, RoundCosts};
 use crate::error::{Result, RuntimeError};
-use crate::lookup::{LookupScheduler, NgramIndex};
+use crate::lookup::{Candidate, LookupScheduler, NgramIndex, MAX_NGRAM};
 use crate::session::{validate_prompt, GenerateOptions, Generation, GenerationStats, StopReason, MAX_LOGIT_ROWS, MAX_ROWS};
 use domino_engine::step::finish;
 use domino_engine::step::PendingRead;
@@ -32,6 +32,10 @@ pub struct SpeculativeStats {
     /// drafted; they are in `acceptance_lengths` and `draft_lengths` too.
     #[serde(default)]
     pub lookup_rounds: usize,
+    /// Of `lookup_rounds`, those whose tokens came from the drafter's static n-gram table
+    /// (`DrafterModel::lookup_table`) rather than from earlier in the text.
+    #[serde(default)]
+    pub table_rounds: usize,
     pub mean_acceptance: f64,
     pub rounds: usize,
     pub block_size: usize,
@@ -366,6 +370,7 @@ impl<'m> SpeculativeSession<'m> {
             let chooser = if greedy { LookupScheduler::with_history(max_k, &self.lookup_history) } else { LookupScheduler::new(max_k) };
             (index, chooser)
         });
+        let table = drafter.lookup_table.as_deref();
         // A plain round already submitted behind the one being read (see `queue_plain`), and when
         // the last readback finished (a queued round's time runs from there).
         let mut queued_plain: Option<PendingRead> = None;
@@ -375,29 +380,19 @@ impl<'m> SpeculativeSession<'m> {
                 Some(read) => {
                     // The match this round would have declined ages as a declined one does.
                     if let Some((index, chooser)) = &mut lookup {
-                        if let Some(p) = index.propose(max_k) {
-                            chooser.pass(p.ngram);
-                        }
+                        index.candidates(table, max_k).iter().for_each(|c| chooser.pass(c.class));
                     }
                     (None, 0, read, last_read, last_read)
                 }
                 None => {
-                    // Copied drafts (n-gram length, tokens) where they are expected to beat the
-                    // drafter's best round (plain steps included); else the drafter's schedule decides.
+                    // Copied drafts (from the text or the table) where they are expected to beat
+                    // the drafter's best round (plain steps included); else the drafter's schedule decides.
                     let copied = match &mut lookup {
-                        Some((index, chooser)) => index.propose(max_k).and_then(|p| {
-                            let (k, value) = chooser.choose(&p, &scheduler.costs);
-                            if k > 0 && value > scheduler.best_value() {
-                                Some((p.ngram, p.tokens[..k].to_vec()))
-                            } else {
-                                chooser.pass(p.ngram);
-                                None
-                            }
-                        }),
+                        Some((index, chooser)) => chooser.pick(index.candidates(table, max_k), &scheduler.costs, scheduler.best_value()),
                         None => None,
                     };
                     let k = match &copied {
-                        Some((_, tokens)) => tokens.len() as u32,
+                        Some(c) => c.tokens.len() as u32,
                         None => scheduler.next_k() as u32,
                     };
                     // Rounds without a draft pass (plain steps, copies) queue their feature rows after
@@ -412,9 +407,9 @@ impl<'m> SpeculativeSession<'m> {
                     }
                     let ta = now();
                     let mut step = Step::new(gpu);
-                    if let Some((_, tokens)) = &copied {
+                    if let Some(c) = &copied {
                         // Written before the step's submission runs (queue writes precede it).
-                        gpu.write(&self.state.ids, start as u64 + 1, tokens);
+                        gpu.write(&self.state.ids, start as u64 + 1, &c.tokens);
                     } else if k > 0 {
                         self.record_draft(&mut step, start, k, pending)?;
                         let head_apart = spec.timing && drafter.runs_head(spec.use_head);
@@ -449,7 +444,7 @@ impl<'m> SpeculativeSession<'m> {
             // the queued round's feature row would not fit.
             let queue_plain = k == 0
                 && copied.is_none()
-                && lookup.as_ref().is_none_or(|(index, chooser)| chooser.declines_every_match(index.next_match_reach(), &scheduler.costs, scheduler.best_value()))
+                && lookup.as_ref().is_none_or(|(index, chooser)| chooser.declines_every_match(index.next_match_reach(), table.is_some(), &scheduler.costs, scheduler.best_value()))
                 && !spec.timing
                 && pending + 2 <= MAX_ROWS as u32
                 && output.len() + 1 < opts.max_tokens
@@ -472,13 +467,14 @@ impl<'m> SpeculativeSession<'m> {
             let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             let a = words[0].min(k) as usize;
             let committed = &words[1..a + 2];
-            if let Some((ngram, _)) = &copied {
+            if let Some(Candidate { class, .. }) = copied {
                 if let Some((_, chooser)) = &mut lookup {
-                    chooser.observe(*ngram, k as usize, a);
+                    chooser.observe(class, k as usize, a);
                 }
                 if greedy {
-                    self.lookup_history[ngram - 1].record(k as usize, a);
+                    self.lookup_history[class].record(k as usize, a);
                 }
+                spec_stats.table_rounds += (class >= MAX_NGRAM) as usize;
                 if refine_costs && !spec.timing {
                     scheduler.costs.observe_verify(k as usize, tc - ta);
                 }

@@ -528,3 +528,47 @@ fn prompt_lookup_rounds_copy_repeated_text_and_keep_the_output() {
         assert!(err.to_string().contains("prompt lookup"), "{name}: {err}");
     }
 }
+
+/// The drafter's static n-gram table (`DrafterModel::lookup_table`): built from the tiny target's
+/// greedy text on other prompts, it proposes where the text has no earlier occurrence to copy.
+/// Table rounds happen, some of their tokens are accepted, and the output stays exactly plain
+/// greedy (greedy) or reproducible from its seed (sampling), on every test adapter.
+#[test]
+fn lookup_table_proposals_keep_the_output() {
+    use domino_models::ngram_table::NgramTable;
+    use domino_runtime::lookup::MAX_NGRAM;
+    let p = pair(&target_spec(), &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 8, seed: 31, ..TinyDrafterSpec::default() });
+    for (name, gpu) in test_gpus() {
+        let (target, mut drafter) = load(&gpu, &p);
+        let mut plain = Session::new(&target, 128).unwrap();
+        let corpus: Vec<Vec<u32>> = [[5u32, 6, 7], [40, 41, 2], [300, 12, 12], [77, 1, 90]]
+            .iter()
+            .map(|prompt| block_on(plain.generate(prompt, &greedy(60), &mut |_| true)).unwrap().output_ids)
+            .collect();
+        let table = NgramTable::build(corpus.iter().map(|t| t.as_slice()), target.config.vocab_size, 1);
+        assert!(!table.is_empty(), "{name}");
+        drafter.lookup_table = Some(Arc::new(table));
+        let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
+        let max_k = spec.max_draft_len();
+        let costs = RoundCosts {
+            seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.25 * k as f64 }).collect(),
+            verify_seconds: (0..=max_k).map(|k| 1.0 + 0.25 * k as f64).collect(),
+        };
+        let so = SpeculativeOptions { timing: false, costs: Some(costs), refine_costs: false, lookup: true, ..Default::default() };
+        let mut table_rounds = 0;
+        for prompt in [&[9u32, 8, 7][..], &[5, 6, 8], &[41, 2, 300, 12]] {
+            let want = block_on(plain.generate(prompt, &greedy(60), &mut |_| true)).unwrap().output_ids;
+            let (got, st) = block_on(spec.generate(prompt, &greedy(60), &so, &mut |_| true)).unwrap();
+            assert_eq!(got.output_ids, want, "{name} {prompt:?}");
+            assert!(st.table_rounds <= st.lookup_rounds, "{name}");
+            table_rounds += st.table_rounds;
+        }
+        assert!(table_rounds > 0, "{name}: no table round");
+        let accepted: f64 = spec.lookup_history()[MAX_NGRAM..].iter().map(|c| c.accepted.iter().sum::<f64>()).sum();
+        assert!(accepted > 0.0, "{name}: no table token accepted");
+        let sampled = GenerateOptions { max_tokens: 40, ignore_eos: true, sampling: domino_engine::SamplingConfig { temperature: 0.3, top_k: 0, top_p: 1.0, seed: 5 }, ..Default::default() };
+        let (a, _) = block_on(spec.generate(&[9, 8, 7], &sampled, &so, &mut |_| true)).unwrap();
+        let (b, _) = block_on(spec.generate(&[9, 8, 7], &sampled, &so, &mut |_| true)).unwrap();
+        assert_eq!(a.output_ids, b.output_ids, "{name}: sampled output with a table must follow the seed");
+    }
+}
