@@ -468,6 +468,16 @@ fn a_draft_vocabulary_shortlist_drafts_only_its_tokens_and_keeps_the_output() {
     }
 }
 
+/// Lookup with a fixed CPU-adapter-like cost table (a draft pass of half a step, a verify row a
+/// quarter) and no online refinement, so the schedule depends on the tokens alone.
+fn lookup_options(max_k: usize) -> SpeculativeOptions {
+    let costs = RoundCosts {
+        seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.25 * k as f64 }).collect(),
+        verify_seconds: (0..=max_k).map(|k| 1.0 + 0.25 * k as f64).collect(),
+    };
+    SpeculativeOptions { timing: false, costs: Some(costs), refine_costs: false, lookup: true, ..Default::default() }
+}
+
 /// `SpeculativeOptions::lookup`: on the tiny target, whose greedy text soon repeats itself, rounds
 /// that verify tokens copied from earlier in the text commit more than one token, and the output
 /// stays exactly plain greedy (greedy) or reproducible from its seed (sampling), on every test
@@ -482,11 +492,7 @@ fn prompt_lookup_rounds_copy_repeated_text_and_keep_the_output() {
         let mut plain = Session::new(&target, 128).unwrap();
         let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
         let max_k = spec.max_draft_len();
-        let costs = RoundCosts {
-            seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.25 * k as f64 }).collect(),
-            verify_seconds: (0..=max_k).map(|k| 1.0 + 0.25 * k as f64).collect(),
-        };
-        let so = SpeculativeOptions { timing: false, costs: Some(costs), refine_costs: false, lookup: true, ..Default::default() };
+        let so = lookup_options(max_k);
         for prompt in [&[1u32, 2, 3][..], &[100, 7, 250, 31, 31, 9, 44]] {
             let want = block_on(plain.generate(prompt, &greedy(80), &mut |_| true)).unwrap().output_ids;
             let (got, st) = block_on(spec.generate(prompt, &greedy(80), &so, &mut |_| true)).unwrap();
@@ -550,11 +556,7 @@ fn lookup_table_proposals_keep_the_output() {
         drafter.lookup_table = Some(Arc::new(table));
         let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
         let max_k = spec.max_draft_len();
-        let costs = RoundCosts {
-            seconds: (0..=max_k).map(|k| if k == 0 { 1.0 } else { 1.5 + 0.25 * k as f64 }).collect(),
-            verify_seconds: (0..=max_k).map(|k| 1.0 + 0.25 * k as f64).collect(),
-        };
-        let so = SpeculativeOptions { timing: false, costs: Some(costs), refine_costs: false, lookup: true, ..Default::default() };
+        let so = lookup_options(max_k);
         let mut table_rounds = 0;
         for prompt in [&[9u32, 8, 7][..], &[5, 6, 8], &[41, 2, 300, 12]] {
             let want = block_on(plain.generate(prompt, &greedy(60), &mut |_| true)).unwrap().output_ids;
