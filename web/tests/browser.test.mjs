@@ -17,7 +17,7 @@
 // DOMINO_WEB_TEST_OUT (default target/web-test).
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
-import { createReadStream, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, createReadStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, extname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -39,6 +39,7 @@ const webModels = join(web, 'models');
 for (const [what, path] of [
   ['domino binary (DOMINO_BIN)', bin], ['Chromium (CHROMIUM)', chromium], ['web/pkg (run bash web/build.sh)', join(web, 'pkg/domino_web_bg.wasm')],
   ['the default model (run bash web/fetch-models.sh)', join(webModels, REAL_GGUF)], ['the default drafter (run bash web/fetch-models.sh)', join(webModels, REAL_DRAFT, 'model.safetensors')],
+  ['the default drafter\'s lookup table (run bash web/fetch-models.sh)', join(webModels, REAL_DRAFT, 'lookup-ngrams.safetensors')],
 ]) {
   if (!existsSync(path)) fail(`${what} not found at ${path}`);
 }
@@ -78,8 +79,25 @@ const ref = {
   backbone: nativeSpec('target', '--draft', join(models, 'draft'), '--no-head'),
   aa: nativeSpec('aa-target', '--draft', join(models, 'aa-draft')),
 };
+// A copy of the drafter with a prompt-lookup table (lookup-ngrams.safetensors) built from the tiny
+// target's own continuations (`train data` -> `train ngrams`), the prompt's among them.
+const LOOKUP_TABLE = 'lookup-ngrams.safetensors';
+const tableDraft = join(models, 'draft-table');
+cpSync(join(models, 'draft'), tableDraft, { recursive: true });
+writeFileSync(join(tmp, 'prompts.jsonl'), [PROMPT, 'The', 'Once upon a time'].map((prompt) => JSON.stringify({ prompt })).join('\n') + '\n');
+domino('train', 'data', '--model', join(models, 'target'), '--prompts', join(tmp, 'prompts.jsonl'), '--out', join(tmp, 'table-data'), '--max-new-tokens', String(MAX + 8), '--ignore-eos', '--device', 'cpu');
+domino('train', 'ngrams', '--data', join(tmp, 'table-data'), '--out', join(tableDraft, LOOKUP_TABLE), '--min-count', '1');
+ref.table = native('target', '--draft', tableDraft, '--lookup');
+// The number of contexts in a table file (rows of its `contexts` tensor), read from the header.
+function tableContexts(file) {
+  const bytes = readFileSync(file);
+  const header = JSON.parse(bytes.subarray(8, 8 + Number(bytes.readBigUInt64LE(0))).toString('utf8'));
+  return header.contexts.shape[0];
+}
 // Greedy speculative decoding is lossless: the native modes agree with each other.
 assert.deepEqual(ref.domino.output_ids, ref.plain.output_ids, 'native domino vs plain');
+assert.deepEqual(ref.table.output_ids, ref.plain.output_ids, 'native domino + lookup table vs plain');
+assert.ok(ref.table.stats.table_rounds > 0, `native table rounds: ${ref.table.stats.table_rounds}`);
 assert.deepEqual(ref.backbone.output_ids, ref.plain.output_ids, 'native backbone vs plain');
 
 // The real model, natively: two prompts (one in the chat template), plain and speculative with the
@@ -208,6 +226,18 @@ try {
     assert.ok(acceptance_lengths.every((a, i) => a <= draft_lengths[i] + 1), 'acceptance within each round');
     results.lookup = r;
   });
+  await step('drafter folder with a lookup table: loaded beside the weights, its proposals keep the output', async () => {
+    await open('target', 'draft-table');
+    await load();
+    const info = await page.evaluate(() => window.dominoLoaded);
+    assert.equal(info.lookup_table_contexts, tableContexts(join(tableDraft, LOOKUP_TABLE)), 'contexts in the table');
+    assert.ok((hits.get(`/tiny/draft/${LOOKUP_TABLE}`) || 0) >= 1, 'the folder without a table was asked for one');
+    const r = await generate('domino', { draftLen: 'auto', lookup: true });
+    assert.deepEqual(r.output_ids, ref.plain.output_ids, 'output ids');
+    const { table_rounds, lookup_rounds } = r.stats;
+    assert.ok(table_rounds > 0 && table_rounds <= lookup_rounds, `table_rounds ${table_rounds} of ${lookup_rounds} lookup rounds`);
+    results.lookup_table = r;
+  });
   await page.screenshot({ path: join(out, 'page.png'), fullPage: true });
 
   await step('reload: files come from the Cache API, no second download', async () => {
@@ -259,7 +289,7 @@ try {
     await page.waitForSelector('#model-size[data-state=remote]', { timeout: 30000 });
     await page.waitForSelector('#draft-size[data-state=remote]', { timeout: 30000 });
     assert.equal(Number(await page.getAttribute('#model-size', 'data-bytes')), statSync(realGguf).size, 'model size');
-    const draftBytes = statSync(join(realDraft, 'config.json')).size + statSync(join(realDraft, 'model.safetensors')).size;
+    const draftBytes = ['config.json', 'model.safetensors', LOOKUP_TABLE].reduce((n, f) => n + statSync(join(realDraft, f)).size, 0);
     assert.equal(Number(await page.getAttribute('#draft-size', 'data-bytes')), draftBytes, 'drafter size');
     assert.match(await page.locator('#model-size').textContent(), /98\.4 MB to download/);
     assert.ok(heads.get(gguf) >= 1, 'a HEAD request for the GGUF file');
@@ -273,6 +303,7 @@ try {
     assert.equal(info.dtype, 'auto');
     assert.equal(info.drafter_kind, 'domino');
     assert.equal(info.block_size, 8);
+    assert.equal(info.lookup_table_contexts, tableContexts(join(realDraft, LOOKUP_TABLE)), 'the shipped lookup table');
     assert.equal(info.has_tokenizer, true);
     assert.equal(info.has_chat_template, true);
     assert.equal(info.vocab_size, 49152);

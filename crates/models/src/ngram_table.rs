@@ -211,17 +211,22 @@ impl NgramTable {
     }
 
     /// The table of a drafter folder (`FILE_NAME`), None where it has none; checked against the
-    /// target's vocabulary (a table of another tokenizer would only propose nonsense).
+    /// target's vocabulary (`for_target`).
     pub fn load_beside(dir: &Path, target_vocab: usize) -> Result<Option<Self>> {
         let path = dir.join(FILE_NAME);
         if !path.exists() {
             return Ok(None);
         }
-        let table = Self::load(&path)?;
-        if table.vocab_size != target_vocab {
-            return Err(ModelError::Config { path, message: format!("lookup n-gram table for a vocabulary of {}, the target has {target_vocab}", table.vocab_size) });
+        Self::load(&path)?.for_target(&path, target_vocab).map(Some)
+    }
+
+    /// This table where it was built for the target's vocabulary (a table of another tokenizer
+    /// would only propose nonsense), else an error naming `path`.
+    pub fn for_target(self, path: &Path, target_vocab: usize) -> Result<Self> {
+        if self.vocab_size != target_vocab {
+            return Err(ModelError::Config { path: path.into(), message: format!("lookup n-gram table for a vocabulary of {}, the target has {target_vocab}", self.vocab_size) });
         }
-        Ok(Some(table))
+        Ok(self)
     }
 }
 

@@ -5,8 +5,10 @@
 
 const CACHE_NAME = 'domino-models-v1';
 
+// A drafter folder's static n-gram table for prompt lookup: optional, and not a weight file.
+const LOOKUP_TABLE = 'lookup-ngrams.safetensors';
 // The files a model folder may have besides its weights; config.json is the only required one.
-const OPTIONAL = ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'];
+const OPTIONAL = ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json', LOOKUP_TABLE];
 const INDEX = 'model.safetensors.index.json';
 
 function joinUrl(base, name) {
@@ -119,7 +121,7 @@ function fromFiles(list, progress) {
   if (files.has(INDEX)) {
     weights = null; // resolved from the index by the caller (it reads the index text)
   } else {
-    weights = [...files.keys()].filter((n) => n.endsWith('.safetensors')).sort();
+    weights = [...files.keys()].filter((n) => n.endsWith('.safetensors') && n !== LOOKUP_TABLE).sort();
     if (weights.length === 0) throw new Error(`${folder || 'the chosen files'}: no *.safetensors file`);
   }
   const total = [...files.values()].reduce((s, b) => s + b.size, 0);

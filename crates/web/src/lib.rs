@@ -155,6 +155,7 @@ impl Domino {
                 "drafter": loaded.drafter_name,
                 "drafter_kind": loaded.drafter.as_ref().map(|d| if d.head.is_some() { "domino" } else { "dflash" }),
                 "block_size": loaded.drafter.as_ref().map(|_| loaded.drafter_block_size),
+                "lookup_table_contexts": loaded.drafter.as_ref().and_then(|d| d.lookup_table.as_ref()).map(|t| t.len()),
                 "has_tokenizer": loaded.tokenizer.is_some(),
                 "has_chat_template": loaded.tokenizer.as_ref().map(|t| t.has_chat_template()).unwrap_or(false),
                 "vocab_size": loaded.model.config.vocab_size,

@@ -10,6 +10,7 @@ use domino_models::config::parse_token_ids;
 use domino_models::drafter::DrafterConfig;
 use domino_models::drafter_gpu::DrafterModel;
 use domino_models::gguf::GgufFile;
+use domino_models::ngram_table::{self, NgramTable};
 use domino_models::tokenizer::TextTokenizer;
 use domino_models::{gguf_model_files, ModelError, Qwen3Config, Qwen3Model};
 use js_sys::{Function, Reflect};
@@ -151,6 +152,11 @@ pub async fn load(gpu: Arc<Gpu>, model: &JsValue, draft: Option<&JsValue>, dtype
             // The CLI's default `--draft-vocab auto`: a frequency shortlist of a large vocabulary.
             let ranked = tokenizer.as_ref().and_then(|t| t.ranked_vocab());
             d.set_draft_vocab(&model, domino_models::drafter_gpu::DraftVocab::Auto.tokens(model.config.vocab_size, ranked))?;
+            // The static n-gram table prompt lookup consults, where the folder ships one (as the CLI).
+            if let Some(bytes) = dfolder.bytes(ngram_table::FILE_NAME).await? {
+                let path = dfolder.path(ngram_table::FILE_NAME);
+                d.lookup_table = Some(Arc::new(NgramTable::from_bytes(&bytes, &path)?.for_target(&path, model.config.vocab_size)?));
+            }
             (Some(d), Some(dfolder.name.clone()), block)
         }
     };
