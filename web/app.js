@@ -78,12 +78,13 @@ function isGgufUrl(url) {
   try { return new URL(url).pathname.toLowerCase().endsWith('.gguf'); } catch (_) { return false; }
 }
 
-// The files a load of this URL downloads: a .gguf file, or a folder's config and weights, and the
-// drafter's prompt-lookup table where the folder has one (optional: crates/web/js/files.js).
-function downloadUrls(url) {
+// The files a load of this URL downloads: a .gguf file, or a folder's config and weights, and for a
+// drafter its prompt-lookup table where the folder has one (optional: crates/web/js/files.js).
+function downloadUrls(url, drafter) {
   if (isGgufUrl(url)) return [{ url, optional: false }];
   const base = url.endsWith('/') ? url : url + '/';
-  return [['config.json', false], ['model.safetensors', false], ['lookup-ngrams.safetensors', true]].map(([n, optional]) => ({ url: base + n, optional }));
+  const files = [['config.json', false], ['model.safetensors', false], ...(drafter ? [['lookup-ngrams.safetensors', true]] : [])];
+  return files.map(([n, optional]) => ({ url: base + n, optional }));
 }
 
 // { bytes, cached } of one URL; bytes null when the server gives no size. An optional file the
@@ -101,7 +102,7 @@ async function urlSize({ url, optional }) {
   return { bytes: n === null ? null : Number(n), cached: false };
 }
 
-async function showSize(urlId, filesId, fileId, outId) {
+async function showSize(urlId, filesId, fileId, outId, drafter = false) {
   const out = $(outId);
   delete out.dataset.bytes;
   out.dataset.state = 'pending';
@@ -117,7 +118,7 @@ async function showSize(urlId, filesId, fileId, outId) {
   }
   out.textContent = 'size…';
   try {
-    const sizes = await Promise.all(downloadUrls(src).map(urlSize));
+    const sizes = await Promise.all(downloadUrls(src, drafter).map(urlSize));
     if (source(urlId, filesId, fileId) !== src) return; // the field changed meanwhile
     const bytes = sizes.reduce((s, x) => s + (x.bytes || 0), 0);
     const cached = sizes.every((x) => x.cached);
@@ -134,7 +135,7 @@ async function showSize(urlId, filesId, fileId, outId) {
 function showSizes() {
   return Promise.all([
     showSize('model-url', 'model-files', 'model-file', 'model-size'),
-    showSize('draft-url', 'draft-files', null, 'draft-size'),
+    showSize('draft-url', 'draft-files', null, 'draft-size', true),
   ]);
 }
 

@@ -231,7 +231,8 @@ try {
     await load();
     const info = await page.evaluate(() => window.dominoLoaded);
     assert.equal(info.lookup_table_contexts, tableContexts(join(tableDraft, LOOKUP_TABLE)), 'contexts in the table');
-    assert.ok((hits.get(`/tiny/draft/${LOOKUP_TABLE}`) || 0) >= 1, 'the folder without a table was asked for one');
+    assert.ok((hits.get(`/tiny/draft/${LOOKUP_TABLE}`) || 0) >= 1, 'the drafter folder without a table was asked for one');
+    assert.equal(hits.get(`/tiny/target/${LOOKUP_TABLE}`), undefined, 'a model folder is not asked for a lookup table');
     const r = await generate('domino', { draftLen: 'auto', lookup: true });
     assert.deepEqual(r.output_ids, ref.plain.output_ids, 'output ids');
     const { table_rounds, lookup_rounds } = r.stats;

@@ -8,7 +8,7 @@ const CACHE_NAME = 'domino-models-v1';
 // A drafter folder's static n-gram table for prompt lookup: optional, and not a weight file.
 const LOOKUP_TABLE = 'lookup-ngrams.safetensors';
 // The files a model folder may have besides its weights; config.json is the only required one.
-const OPTIONAL = ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json', LOOKUP_TABLE];
+const OPTIONAL = ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'];
 const INDEX = 'model.safetensors.index.json';
 
 function joinUrl(base, name) {
@@ -64,7 +64,8 @@ async function fetchToBlob(url, cache, onBytes) {
 // Open a model folder: returns { name, files: Map<fileName, Blob>, weights: [fileName...] }.
 // onProgress(loadedBytes, totalBytes, fileName) follows the download (cached files count at once).
 // A GGUF source opens as { name, files: Map{file: Blob}, weights: [file], gguf: file }.
-export async function openFolder(source, onProgress) {
+// `drafter`: a URL folder is also asked for the drafter's optional lookup table.
+export async function openFolder(source, onProgress, drafter) {
   const progress = typeof onProgress === 'function' ? onProgress : () => {};
   if (typeof Blob !== 'undefined' && source instanceof Blob) {
     if (!isGguf(source.name || '')) throw new Error(`${source.name || 'the file'}: a single file must be a .gguf (or pass a folder's files)`);
@@ -73,7 +74,7 @@ export async function openFolder(source, onProgress) {
   if (Array.isArray(source) || (typeof FileList !== 'undefined' && source instanceof FileList)) {
     return fromFiles(Array.from(source), progress);
   }
-  if (typeof source === 'string') return isGguf(source) ? fromGgufUrl(source, progress) : fromUrl(source, progress);
+  if (typeof source === 'string') return isGguf(source) ? fromGgufUrl(source, progress) : fromUrl(source, progress, drafter ? [LOOKUP_TABLE] : []);
   throw new Error('model/draft: expected a URL (a folder, or a .gguf file), a File of a .gguf, or an array of File objects');
 }
 
@@ -129,7 +130,7 @@ function fromFiles(list, progress) {
   return { name: folder || 'local files', files, weights, local: true };
 }
 
-async function fromUrl(base, progress) {
+async function fromUrl(base, progress, extraOptional) {
   const cache = await openCache();
   const files = new Map();
   const sizes = new Map();
@@ -146,7 +147,7 @@ async function fromUrl(base, progress) {
     return blob;
   };
   await get('config.json', true);
-  await Promise.all(OPTIONAL.map((n) => get(n, false)));
+  await Promise.all([...OPTIONAL, ...extraOptional].map((n) => get(n, false)));
   let weights;
   const index = await get(INDEX, false);
   if (index) {

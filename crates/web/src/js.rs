@@ -7,7 +7,7 @@ use wasm_bindgen::JsCast;
 #[wasm_bindgen(module = "/js/files.js")]
 extern "C" {
     #[wasm_bindgen(js_name = openFolder)]
-    pub fn open_folder(source: &JsValue, on_progress: &JsValue) -> Promise;
+    pub fn open_folder(source: &JsValue, on_progress: &JsValue, drafter: bool) -> Promise;
     #[wasm_bindgen(js_name = weightFiles)]
     pub fn weight_files(folder: &JsValue) -> Promise;
     #[wasm_bindgen(js_name = fileBytes)]

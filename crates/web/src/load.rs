@@ -83,8 +83,9 @@ struct Folder {
 }
 
 impl Folder {
-    async fn open(source: &JsValue, progress: &Progress) -> Result<Self, WebError> {
-        let js = js::wait(js::open_folder(source, &progress.download_callback())).await.map_err(WebError::Files)?;
+    /// `drafter`: also fetch a drafter folder's optional lookup table (`ngram_table::FILE_NAME`).
+    async fn open(source: &JsValue, progress: &Progress, drafter: bool) -> Result<Self, WebError> {
+        let js = js::wait(js::open_folder(source, &progress.download_callback(), drafter)).await.map_err(WebError::Files)?;
         let name = Reflect::get(&js, &"name".into()).ok().and_then(|v| v.as_string()).unwrap_or_else(|| "model".into());
         let gguf = Reflect::get(&js, &"gguf".into()).ok().and_then(|v| v.as_string());
         Ok(Self { js, name, gguf })
@@ -126,7 +127,7 @@ fn checkpoint(files: Vec<(String, JsValue, u64)>, progress: &Progress) -> Result
 }
 
 pub async fn load(gpu: Arc<Gpu>, model: &JsValue, draft: Option<&JsValue>, dtype: DTypeChoice, dtype_name: String, progress: &Progress) -> Result<Loaded, WebError> {
-    let folder = Folder::open(model, progress).await?;
+    let folder = Folder::open(model, progress, false).await?;
     let (model, tokenizer, stop_ids, model_format, max_read_bytes) = match &folder.gguf {
         Some(file) => {
             let (model, tokenizer, stop_ids, max_read) = load_gguf(gpu, &folder, file, dtype, progress)?;
@@ -141,7 +142,7 @@ pub async fn load(gpu: Arc<Gpu>, model: &JsValue, draft: Option<&JsValue>, dtype
     let (drafter, drafter_name, drafter_block_size) = match draft {
         None => (None, None, 0),
         Some(source) => {
-            let dfolder = Folder::open(source, progress).await?;
+            let dfolder = Folder::open(source, progress, true).await?;
             if dfolder.gguf.is_some() {
                 return Err(WebError::Usage(format!("{}: a drafter is a DFlash / Domino folder (config.json + model.safetensors), not a GGUF file", dfolder.name)));
             }
