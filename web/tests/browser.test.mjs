@@ -226,6 +226,13 @@ try {
     assert.ok(acceptance_lengths.every((a, i) => a <= draft_lengths[i] + 1), 'acceptance within each round');
     results.lookup = r;
   });
+  await step('generate (domino + prompt lookup, draft length 3) = plain output, rounds of at most 3', async () => {
+    const r = await generate('domino', { draftLen: 3, lookup: true });
+    assert.deepEqual(r.output_ids, ref.plain.output_ids, 'output ids');
+    const { lookup_rounds, rounds, draft_lengths } = r.stats;
+    assert.ok(Number.isInteger(lookup_rounds) && lookup_rounds <= rounds, `lookup_rounds ${lookup_rounds} of ${rounds}`);
+    assert.ok(draft_lengths.every((k) => k <= 3), `draft lengths ${draft_lengths}`);
+  });
   await step('drafter folder with a lookup table: loaded beside the weights, its proposals keep the output', async () => {
     await open('target', 'draft-table');
     await load();

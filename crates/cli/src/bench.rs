@@ -75,7 +75,7 @@ pub struct BenchArgs {
     /// Also draft by prompt lookup: where the text so far repeats (the longest earlier occurrence of
     /// its last 1-3 tokens), a round may verify the tokens that followed it instead of the
     /// drafter's, with no draft pass, when that is expected to commit more tokens per second.
-    /// Measured as one more mode ("domino + lookup"). Needs --draft-len auto.
+    /// Measured as one more mode ("domino + lookup"), with --draft-len as the other modes.
     #[arg(long, requires = "draft")]
     pub lookup: bool,
     /// KV cache capacity in positions (default: the longest prompt plus --max-tokens), checked
@@ -236,7 +236,6 @@ fn write(path: &Path, text: &str) -> Result<(), CliError> {
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
-    crate::load::check_lookup(args.lookup, args.draft_len)?;
     let format = parse_dtype(&args.dtype)?;
     let choice = BackendChoice::parse(&args.backend)?;
     let dir = model_dir::resolve(args.model.as_deref())?;

@@ -52,7 +52,7 @@ pub struct ChatArgs {
     /// Drafts verified per round: auto or a fixed number (as `generate`).
     #[arg(long, default_value = "auto", value_parser = DraftLen::parse)]
     pub draft_len: DraftLen,
-    /// Also draft by prompt lookup (as `generate --lookup`; needs --draft-len auto).
+    /// Also draft by prompt lookup (as `generate --lookup`).
     #[arg(long, requires = "draft")]
     pub lookup: bool,
 }
@@ -61,7 +61,6 @@ pub fn run(args: ChatArgs) -> Result<(), CliError> {
     if !(args.temperature >= 0.0) || !(args.top_p > 0.0 && args.top_p <= 1.0) {
         return Err(CliError::Usage("--temperature must be >= 0 and --top-p in (0, 1]".into()));
     }
-    crate::load::check_lookup(args.lookup, args.draft_len)?;
     let dtype = parse_dtype(&args.device.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
     let gpu = args.device.open_gpu()?;

@@ -74,7 +74,8 @@ pub struct GenerateArgs {
     /// Also draft by prompt lookup: where the text so far repeats (the longest earlier occurrence of
     /// its last 1-3 tokens), a round may verify the tokens that followed it instead of the
     /// drafter's, with no draft pass, when that is expected to commit more tokens per second.
-    /// Output is unchanged. Needs --draft-len auto.
+    /// With --draft-len N: a copy of up to N tokens or the drafter's N drafts, whichever is
+    /// expected to commit more tokens per round. Output is unchanged.
     #[arg(long, requires = "draft")]
     pub lookup: bool,
     /// KV cache capacity in positions (prompt + generated tokens). Default: the prompt plus
@@ -88,7 +89,6 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     if !(args.temperature >= 0.0) || !(0.0..=1.0).contains(&args.top_p) || args.top_p == 0.0 {
         return Err(CliError::Usage("--temperature must be >= 0 and --top-p in (0, 1]".into()));
     }
-    crate::load::check_lookup(args.lookup, args.draft_len)?;
     let format = parse_dtype(&args.device.dtype)?;
     let dir = model_dir::resolve(args.model.as_deref())?;
     // Headers and tokenizer first (a malformed file fails before any device opens); the prompt's

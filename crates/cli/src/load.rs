@@ -26,14 +26,6 @@ pub fn parse_dtype(s: &str) -> Result<DTypeChoice, CliError> {
     DTypeChoice::parse(s).ok_or_else(|| CliError::Usage(format!("--dtype {s}: expected auto, f16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k")))
 }
 
-/// `--lookup` copies are chosen by the adaptive schedule, so they need `--draft-len auto`.
-pub fn check_lookup(lookup: bool, draft_len: domino_runtime::DraftLen) -> Result<(), CliError> {
-    if lookup && draft_len != domino_runtime::DraftLen::Auto {
-        return Err(CliError::Usage(format!("--lookup needs --draft-len auto (got --draft-len {draft_len})")));
-    }
-    Ok(())
-}
-
 /// Drafters are float checkpoints: f32 when asked for, f16 otherwise.
 pub fn drafter_format(choice: DTypeChoice) -> WeightFormat {
     if choice == DTypeChoice::Format(WeightFormat::F32) {

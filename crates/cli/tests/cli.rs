@@ -234,7 +234,7 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
     write_tiny_drafter(&d, &spec, &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 4, ..TinyDrafterSpec::default() }).unwrap();
     let common = ["--prompt-ids", "5,6,7,8", "--max-tokens", "19", "--ignore-eos"];
     let plain = json_generate(dir.path(), &common);
-    for extra in [vec![], vec!["--no-head"], vec!["--block-size", "3"], vec!["--draft-len", "0"], vec!["--draft-len", "2"], vec!["--draft-len", "auto", "--no-head"], vec!["--timing", "--draft-len", "2"], vec!["--lookup"]] {
+    for extra in [vec![], vec!["--no-head"], vec!["--block-size", "3"], vec!["--draft-len", "0"], vec!["--draft-len", "2"], vec!["--draft-len", "auto", "--no-head"], vec!["--timing", "--draft-len", "2"], vec!["--lookup"], vec!["--lookup", "--draft-len", "2"]] {
         let mut args = common.to_vec();
         args.extend(["--draft", d.to_str().unwrap()]);
         args.extend(extra.iter().copied());
@@ -247,7 +247,9 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
         assert_eq!(ks.len(), lengths.len(), "{extra:?}: one draft length per round");
         if let Some(i) = extra.iter().position(|a| *a == "--draft-len").filter(|&i| extra[i + 1] != "auto") {
             let k: usize = extra[i + 1].parse().unwrap();
-            assert!(ks.iter().all(|&d| d == k), "{extra:?}: {ks:?}");
+            // A copy may hold fewer tokens than k (it is verified whole).
+            let lookup = extra.contains(&"--lookup");
+            assert!(ks.iter().all(|&d| d == k || (lookup && d < k)), "{extra:?}: {ks:?}");
         }
         let lookup_rounds = v["stats"]["lookup_rounds"].as_u64().unwrap() as usize;
         assert!(lookup_rounds <= lengths.len() && (lookup_rounds == 0 || extra.contains(&"--lookup")), "{extra:?}: {lookup_rounds}");
@@ -276,8 +278,6 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
     let out = domino(&["generate", "--model", m, "--draft", d.to_str().unwrap(), "--draft-len", "many", "--prompt-ids", "1,2"]);
     assert_eq!(out.status.code(), Some(2), "clap rejects a bad --draft-len");
     assert!(String::from_utf8_lossy(&out.stderr).contains("draft-len"));
-    let e = expect_error(&["generate", "--model", m, "--draft", d.to_str().unwrap(), "--lookup", "--draft-len", "2", "--prompt-ids", "1,2"]);
-    assert!(e.contains("--lookup") && e.contains("--draft-len auto"), "{e}");
 }
 
 /// `train ngrams` builds the table from `train data` output; a drafter folder holding it as

@@ -82,8 +82,8 @@ pub struct BenchPlan {
     pub split_prompts: Option<usize>,
     /// Drafts verified per round in the speculative modes.
     pub draft_len: DraftLen,
-    /// Measure the drafter's full mode once more with prompt lookup drafts (`--lookup`; needs
-    /// `DraftLen::Auto`).
+    /// Measure the drafter's full mode once more with prompt lookup drafts (`--lookup`), at
+    /// the same `draft_len`.
     pub lookup: bool,
     /// Bytes the copy-bandwidth kernel moves (capped by the adapter's binding limit).
     pub copy_bytes: u64,
@@ -247,9 +247,6 @@ pub async fn measure<E: From<RuntimeError>>(
     let prompts = &plan.prompts;
     if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
         return Err(RuntimeError::EmptyPrompt.into());
-    }
-    if plan.lookup && plan.draft_len != DraftLen::Auto {
-        return Err(RuntimeError::Unsupported(format!("prompt lookup drafts need the adaptive draft length (auto), not a fixed {}", plan.draft_len)).into());
     }
     let opts = GenerateOptions { max_tokens: plan.max_tokens, ignore_eos: true, ..Default::default() };
     let modes = drafter.map(|d| speculative_modes(d, plan.lookup)).unwrap_or_default();

@@ -338,10 +338,14 @@ impl DraftScheduler {
         argmax(&self.values(usize::MAX), 0)
     }
 
-    /// The expected tokens per second of `best_k` (what another source of drafts must beat).
+    /// The expected tokens per second of the drafter's round (what another source of drafts must
+    /// beat): `best_k`'s, or with a fixed draft length that of its k.
     pub fn best_value(&self) -> f64 {
         let values = self.values(usize::MAX);
-        values[argmax(&values, 0)]
+        match self.mode {
+            DraftLen::Fixed(k) => values[k.min(values.len() - 1)],
+            DraftLen::Auto => values[argmax(&values, 0)],
+        }
     }
 
     /// Drafts to verify in the next round.
@@ -475,6 +479,20 @@ mod tests {
         let mut s = DraftScheduler::new(DraftLen::Auto, costs(7));
         let ks = run(&mut s, 50, |k| k);
         assert!(ks[5..].iter().all(|&k| k == 7), "{ks:?}");
+    }
+
+    #[test]
+    fn a_fixed_draft_length_is_valued_at_its_own_k() {
+        // What a copy must beat (`best_value`) is the round the drafter will run: its fixed k's.
+        let mut fixed = DraftScheduler::new(DraftLen::Fixed(3), costs(7));
+        let mut auto = DraftScheduler::new(DraftLen::Auto, costs(7));
+        for s in [&mut fixed, &mut auto] {
+            (0..30).for_each(|_| s.observe(7, 0, 1.0));
+        }
+        let values = auto.values(usize::MAX);
+        assert_eq!(fixed.best_value(), values[3]);
+        assert_eq!(auto.best_value(), values[auto.best_k()]);
+        assert!(auto.best_value() > fixed.best_value());
     }
 
     /// A CPU-adapter-like table of a 17-row block where a full round costs 8.5 plain steps.

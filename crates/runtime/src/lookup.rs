@@ -16,12 +16,14 @@
 //! class of proposal (a 3-gram match in the text is a far better bet than a 1-gram one; a table
 //! proposal's class is its context length and confidence), and the k that maximises
 //! expected tokens per second on the verify-only costs (`RoundCosts::verify_seconds`). The session
-//! compares that with the drafter's best round and runs the better one. Greedy generations start
+//! compares that with the drafter's best round and runs the better one. With a fixed draft length
+//! N (`--draft-len N`) a copy is verified up to N tokens (all of them where it is shorter) and is
+//! compared with the drafter's round of N drafts; N = 0 copies nothing. Greedy generations start
 //! from the copies' acceptance in earlier ones (`LookupScheduler::with_history`): how often copies
 //! match is a property of the model and the kind of text, which a 64-token answer is too short to
 //! learn again from the optimistic prior.
 
-use crate::draft_len::{AcceptanceCounts, AcceptanceModel, RoundCosts};
+use crate::draft_len::{AcceptanceCounts, AcceptanceModel, DraftLen, RoundCosts};
 use domino_models::ngram_table::{NgramTable, StaticProposal, CONFIDENCE_CLASSES, MAX_CONTEXT, MIN_CONTEXT};
 use std::collections::HashMap;
 
@@ -151,12 +153,34 @@ const FORGETTING: f64 = 0.9;
 pub struct LookupScheduler {
     /// One per class (`CLASSES`).
     models: Vec<AcceptanceModel>,
+    /// `--draft-len N`: a copy's k is fixed at N (or its length, where shorter) instead of chosen.
+    fixed: Option<usize>,
 }
 
 impl LookupScheduler {
     /// `max_k`: the most drafts a round may verify (the drafter's block).
     pub fn new(max_k: usize) -> Self {
-        Self { models: (0..CLASSES).map(|_| AcceptanceModel::new(max_k, PRIOR_RATE, PRIOR_WEIGHT, FORGETTING)).collect() }
+        Self { models: (0..CLASSES).map(|_| AcceptanceModel::new(max_k, PRIOR_RATE, PRIOR_WEIGHT, FORGETTING)).collect(), fixed: None }
+    }
+
+    /// Follow the session's draft length: `Fixed(n)` verifies copies up to n tokens, never choosing
+    /// fewer (n = 0: no copies); `Auto` chooses k per copy.
+    pub fn with_draft_len(mut self, mode: DraftLen) -> Self {
+        self.fixed = match mode {
+            DraftLen::Fixed(n) => Some(n),
+            DraftLen::Auto => None,
+        };
+        self
+    }
+
+    /// The k a round may verify of a candidate of `len` tokens: 1..=len, or exactly min(n, len)
+    /// with a fixed draft length n.
+    fn allowed_ks(&self, len: usize) -> std::ops::RangeInclusive<usize> {
+        match self.fixed {
+            // Empty where min(n, len) = 0: nothing may be verified.
+            Some(n) => n.min(len).max(1)..=n.min(len),
+            None => 1..=len,
+        }
     }
 
     /// Start each class from its counts in earlier generations (`history[class]`, worth at most
@@ -175,13 +199,14 @@ impl LookupScheduler {
     }
 
     /// The number of the candidate's tokens to verify (0: not worth a round) and its expected tokens
-    /// per second on `costs`' verify-only times.
+    /// per second on `costs`' verify-only times. With a fixed draft length the k is not chosen, only
+    /// whether the copy beats a plain step.
     pub fn choose(&self, p: &Candidate, costs: &RoundCosts) -> (usize, f64) {
         let values = self.values(p.class, costs);
         let mut best = (0, values[0]);
-        for (k, &v) in values.iter().enumerate().take(p.tokens.len() + 1).skip(1) {
-            if v > best.1 {
-                best = (k, v);
+        for k in self.allowed_ks(p.tokens.len().min(values.len() - 1)) {
+            if values[k] > best.1 {
+                best = (k, values[k]);
             }
         }
         best
@@ -223,7 +248,13 @@ impl LookupScheduler {
     pub fn declines_every_match(&self, reach: usize, with_table: bool, costs: &RoundCosts, drafter_best: f64) -> bool {
         let text = (1..=reach.min(MAX_NGRAM)).map(text_class);
         let table = (MAX_NGRAM..CLASSES).filter(|_| with_table);
-        text.chain(table).all(|c| self.values(c, costs)[1..].iter().all(|&v| v <= drafter_best * (1.0 - 1e-9)))
+        text.chain(table).all(|c| {
+            let values = self.values(c, costs);
+            // A copy's length can be anything up to the block, so every k it may verify (with a
+            // fixed draft length n, a shorter copy is verified whole: every k up to n).
+            let deepest = self.fixed.unwrap_or(usize::MAX).min(values.len() - 1);
+            values[1..=deepest].iter().all(|&v| v <= drafter_best * (1.0 - 1e-9))
+        })
     }
 
     /// A lookup round on a candidate of this class verified k tokens and accepted `accepted`.
@@ -391,6 +422,33 @@ mod tests {
         assert!(!s.declines_every_match(1, true, &c, plain));
         let p = Candidate::from(StaticProposal { context: MAX_CONTEXT, confidence: CONFIDENCE_CLASSES - 1, tokens: vec![5; 3] });
         assert_eq!(s.choose(&p, &c).0, 3);
+    }
+
+    #[test]
+    fn a_fixed_draft_length_verifies_copies_up_to_it_and_only_where_they_beat_the_drafter() {
+        let c = costs();
+        let p = text(3, vec![1, 2, 3, 4, 5, 6, 7]);
+        // Copies that hold for two tokens and then fail: auto verifies few, a fixed 5 verifies 5.
+        let mut auto = LookupScheduler::new(7);
+        (0..30).for_each(|_| auto.observe(text_class(3), 7, 2));
+        let mut fixed = auto.clone().with_draft_len(DraftLen::Fixed(5));
+        assert!(auto.choose(&p, &c).0 <= 3);
+        assert_eq!(fixed.choose(&p, &c).0, 5);
+        // A copy shorter than n is verified whole.
+        assert_eq!(fixed.choose(&text(3, vec![1, 2]), &c).0, 2);
+        // Picked only against a drafter round worth less; cut to n.
+        let (_, v) = fixed.choose(&p, &c);
+        assert_eq!(fixed.pick(vec![p.clone()], &c, v * 0.99).unwrap().tokens, vec![1, 2, 3, 4, 5]);
+        assert_eq!(fixed.pick(vec![p.clone()], &c, v * 1.01), None);
+        // A plain step is known to follow only where no copy of length 1..=5 beats the drafter.
+        let deepest = (1..=5).map(|k| fixed.choose(&text(3, vec![9; k]), &c).1).fold(0.0, f64::max);
+        assert!(!fixed.declines_every_match(MAX_NGRAM, false, &c, deepest * 0.99));
+        assert!(fixed.declines_every_match(MAX_NGRAM, false, &c, deepest * 1.01));
+        // n = 0: plain decoding, nothing copied or in the way of queueing.
+        let mut none = LookupScheduler::new(7).with_draft_len(DraftLen::Fixed(0));
+        assert_eq!(none.choose(&p, &c).0, 0);
+        assert_eq!(none.pick(vec![p.clone()], &c, 0.0), None);
+        assert!(none.declines_every_match(MAX_NGRAM, true, &c, 0.0));
     }
 
     #[test]

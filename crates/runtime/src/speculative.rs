@@ -63,7 +63,8 @@ pub struct SpeculativeOptions {
     pub refine_costs: bool,
     /// Also draft by prompt lookup (`lookup.rs`): where the text so far repeats, a round may verify
     /// copied tokens instead of the drafter's, whichever is expected to commit more tokens per
-    /// second. Needs `DraftLen::Auto`.
+    /// second (with a fixed draft length n: a copy of up to n tokens against the drafter's n drafts,
+    /// per round where no costs are given).
     pub lookup: bool,
 }
 
@@ -296,9 +297,6 @@ impl<'m> SpeculativeSession<'m> {
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<(Generation, SpeculativeStats)> {
         self.validate(prompt, opts.max_tokens)?;
-        if spec.lookup && spec.draft_len != DraftLen::Auto {
-            return Err(RuntimeError::Unsupported(format!("prompt lookup drafts need the adaptive draft length (auto), not a fixed {}", spec.draft_len)));
-        }
         let (target, drafter) = (self.target, self.drafter);
         let gpu = &target.gpu;
         let layers = drafter.config.target_layer_ids.clone();
@@ -368,6 +366,7 @@ impl<'m> SpeculativeSession<'m> {
             index.extend(prompt);
             index.extend(&output);
             let chooser = if greedy { LookupScheduler::with_history(max_k, &self.lookup_history) } else { LookupScheduler::new(max_k) };
+            let chooser = chooser.with_draft_len(spec.draft_len);
             (index, chooser)
         });
         let table = drafter.lookup_table.as_deref();

@@ -483,7 +483,9 @@ fn lookup_options(max_k: usize) -> SpeculativeOptions {
 /// stays exactly plain greedy (greedy) or reproducible from its seed (sampling), on every test
 /// adapter. 80 tokens: lookup rounds queue their feature rows like plain steps, past the 64-row
 /// queue. The cost table is fixed (CPU-adapter-like: a draft pass of half a step, a verify row a
-/// quarter), so the schedule depends on the tokens alone. A fixed draft length with lookup is refused.
+/// quarter), so the schedule depends on the tokens alone. With a fixed draft length n (and no cost
+/// table: copies against drafts by expected tokens per round) rounds verify at most n tokens, copies
+/// among them, with the plain output; n = 0 is plain decoding, with no copy.
 #[test]
 fn prompt_lookup_rounds_copy_repeated_text_and_keep_the_output() {
     let p = pair(&target_spec(), &TinyDrafterSpec { kind: DrafterKind::Domino, block_size: 8, seed: 31, ..TinyDrafterSpec::default() });
@@ -529,9 +531,21 @@ fn prompt_lookup_rounds_copy_repeated_text_and_keep_the_output() {
         }
         assert_eq!(schedules[0], schedules[1], "{name}: queued plain rounds changed the schedule");
         assert!(schedules[0].0.windows(3).any(|w| w == [0, 0, 0]), "{name}: no run of plain rounds: {:?}", schedules[0].0);
-        let fixed = SpeculativeOptions { draft_len: DraftLen::Fixed(2), lookup: true, ..Default::default() };
-        let err = block_on(spec.generate(&[1, 2, 3], &greedy(5), &fixed, &mut |_| true)).unwrap_err();
-        assert!(err.to_string().contains("prompt lookup"), "{name}: {err}");
+        let prompt = [100u32, 7, 250, 31, 31, 9, 44];
+        let want = block_on(plain.generate(&prompt, &greedy(80), &mut |_| true)).unwrap().output_ids;
+        for n in [0, 1, 3, max_k] {
+            let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
+            let fixed = SpeculativeOptions { draft_len: DraftLen::Fixed(n), lookup: true, timing: false, ..Default::default() };
+            let (got, st) = block_on(spec.generate(&prompt, &greedy(80), &fixed, &mut |_| true)).unwrap();
+            assert_eq!(got.output_ids, want, "{name} fixed {n}");
+            assert!(st.draft_lengths.iter().all(|&k| k <= n), "{name} fixed {n}: {:?}", st.draft_lengths);
+            if n == 0 {
+                assert_eq!(st.lookup_rounds, 0, "{name}: copies at --draft-len 0");
+            } else {
+                assert!(st.lookup_rounds > 0, "{name} fixed {n}: no copy in {:?}", st.draft_lengths);
+                assert!(st.acceptance_lengths.iter().any(|&a| a > 1), "{name} fixed {n}: {:?}", st.acceptance_lengths);
+            }
+        }
     }
 }
 

@@ -19,7 +19,7 @@ pub struct Request {
     pub block_size: Option<usize>,
     /// `draftLen`: "auto" (default) or a fixed number of drafts per round.
     pub draft_len: DraftLen,
-    /// `lookup`: also draft by prompt lookup (as `--lookup`; needs `draftLen: "auto"`).
+    /// `lookup`: also draft by prompt lookup (as `--lookup`, with any `draftLen`).
     pub lookup: bool,
     /// `context`: the KV cache capacity in positions (default: prompt + maxTokens).
     pub context: Option<usize>,
@@ -69,9 +69,6 @@ impl Request {
             }
             _ => None,
         };
-        if lookup && draft_len != DraftLen::Auto {
-            return Err(WebError::Usage(format!("generate: lookup needs draftLen \"auto\" (got {draft_len})")));
-        }
         Ok(Self {
             prompt_ids,
             opts: GenerateOptions {

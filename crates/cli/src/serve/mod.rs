@@ -54,7 +54,7 @@ pub struct ServeArgs {
     pub draft_len: DraftLen,
     /// Also draft by prompt lookup in the speculative rounds (as `generate --lookup`: where the
     /// conversation repeats, a round may verify the tokens that followed the earlier occurrence,
-    /// with no draft pass). Output is unchanged. Needs --draft-len auto.
+    /// with no draft pass). Output is unchanged.
     #[arg(long, requires = "draft")]
     pub lookup: bool,
     #[arg(long, default_value = "127.0.0.1")]
@@ -100,7 +100,6 @@ struct App {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
-    crate::load::check_lookup(args.lookup, args.draft_len)?;
     if args.max_batch == 0 || args.max_batch > BATCH_MAX_ROWS {
         return Err(CliError::Usage(format!("--max-batch {}: expected 1..={BATCH_MAX_ROWS}", args.max_batch)));
     }
