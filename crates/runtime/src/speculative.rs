@@ -365,8 +365,7 @@ impl<'m> SpeculativeSession<'m> {
             let mut index = NgramIndex::new();
             index.extend(prompt);
             index.extend(&output);
-            let chooser = if greedy { LookupScheduler::with_history(max_k, &self.lookup_history) } else { LookupScheduler::new(max_k) };
-            let chooser = chooser.with_draft_len(spec.draft_len);
+            let chooser = if greedy { LookupScheduler::with_history(max_k, &self.lookup_history) } else { LookupScheduler::new(max_k) }.with_draft_len(spec.draft_len);
             (index, chooser)
         });
         let table = drafter.lookup_table.as_deref();
