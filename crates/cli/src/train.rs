@@ -30,6 +30,23 @@ enum TrainCommand {
     /// Build the static n-gram table that `--lookup` consults (the drafter folder's
     /// lookup-ngrams.safetensors) from such data.
     Ngrams(NgramArgs),
+    /// Store the target's top-k next-token distribution at every continuation position of such
+    /// data (in DIR/soft-labels/), for `train drafter --soft-weight`.
+    SoftLabels(SoftLabelArgs),
+}
+
+#[derive(Debug, Args)]
+struct SoftLabelArgs {
+    /// The target the data was made with.
+    #[arg(long)]
+    model: Option<String>,
+    /// A folder written by `domino train data`; the labels go into its soft-labels/ folder
+    /// (resumable, one file per data shard).
+    #[arg(long)]
+    data: PathBuf,
+    /// Candidates kept per position, by falling probability.
+    #[arg(long, default_value_t = 16)]
+    top_k: usize,
 }
 
 #[derive(Debug, Args)]
@@ -176,6 +193,10 @@ struct DrafterArgs {
     /// Evaluate the held-out sequences every N steps (0: at the end only).
     #[arg(long, default_value_t = 0)]
     eval_every: usize,
+    /// Distil the target's distribution: each draft's loss is (1 − W)·CE(greedy token) +
+    /// W·CE(the target's top-k distribution, renormalised), from `train soft-labels` (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    soft_weight: f64,
 }
 
 pub fn run(args: TrainArgs) -> Result<(), CliError> {
@@ -183,7 +204,40 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         TrainCommand::Data(a) => data(a),
         TrainCommand::Drafter(a) => drafter(a),
         TrainCommand::Ngrams(a) => ngrams(a),
+        TrainCommand::SoftLabels(a) => soft_labels(a),
     }
+}
+
+fn soft_labels(a: SoftLabelArgs) -> Result<(), CliError> {
+    let dir = model_dir::resolve(a.model.as_deref())?;
+    let files = open_model(&dir)?;
+    // The rest of the target after the deepest feature layer runs on the CPU: a quarter of a
+    // forward for SmolLM2, where the rasterizer would be far slower.
+    let target = domino_train::cpu_target::CpuTarget::load(files.config.clone(), files.weights.as_ref()).map_err(train_error)?;
+    let shards = DataMeta::read(&a.data).map_err(train_error)?.num_shards();
+    let pb = bar(shards as u64, "{msg:>10} [{bar:40}] {pos}/{len} shards ({elapsed}, eta {eta})");
+    pb.set_message("labelling");
+    let logged_to_terminal = std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
+    let summary = domino_train::soft_labels::make_soft_labels(&target, &a.data, a.top_k, &mut |done, total| {
+        if !logged_to_terminal && (done.is_multiple_of(10) || done == total) {
+            eprintln!("{done}/{total} shards labelled");
+        }
+        pb.set_position(done as u64)
+    })
+    .map_err(train_error)?;
+    pb.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "wrote {}: top {} of {} positions in {} shards ({} already complete) in {seconds:.1} s; the data's next token is the top candidate at {:.2}% of them",
+        domino_train::soft_labels::soft_dir(&a.data).display(),
+        a.top_k,
+        summary.rows,
+        summary.shards_written,
+        summary.shards_skipped,
+        100.0 * summary.top1_agrees as f64 / summary.rows.max(1) as f64
+    );
+    Ok(())
 }
 
 fn ngrams(args: NgramArgs) -> Result<(), CliError> {
@@ -369,6 +423,7 @@ fn drafter(a: DrafterArgs) -> Result<(), CliError> {
         eval_seqs: a.eval_seqs,
         eval_every: a.eval_every,
         scale_features: a.scale_features,
+        soft_weight: a.soft_weight,
         ..TrainOptions::default()
     };
     let pb = bar(a.steps as u64, "[{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})");

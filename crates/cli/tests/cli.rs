@@ -280,6 +280,35 @@ fn speculative_json_matches_plain_decoding_and_reports_acceptance() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("draft-len"));
 }
 
+/// `train soft-labels` labels `train data` output with the target's top-k distribution and
+/// `train drafter --soft-weight` trains on it; missing data or missing labels are one clear line.
+#[test]
+fn soft_labels_then_a_distilled_drafter() {
+    let dir = tiny(&TinySpec::default());
+    let m = dir.path().to_str().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let prompts = work.path().join("prompts.jsonl");
+    std::fs::write(&prompts, "{\"prompt_ids\": [9, 8, 7]}\n{\"prompt_ids\": [5, 6]}\n{\"prompt_ids\": [30, 31, 32]}\n").unwrap();
+    let data = work.path().join("data");
+    let data_s = data.to_str().unwrap();
+    let out = domino(&["train", "data", "--model", m, "--prompts", prompts.to_str().unwrap(), "--out", data_s, "--max-new-tokens", "24", "--ignore-eos", "--device", "cpu"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let drafter = work.path().join("drafter");
+    let train = ["train", "drafter", "--model", m, "--data", data_s, "--out", drafter.to_str().unwrap(), "--block-size", "4", "--steps", "3", "--anchors", "4", "--soft-weight", "0.5"];
+    let e = expect_error(&train);
+    assert!(e.contains("train soft-labels"), "{e}");
+    let out = domino(&["train", "soft-labels", "--model", m, "--data", data_s, "--top-k", "4"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // 3 prompts x 24 continuation tokens, the greedy token on top (up to f16 near-ties).
+    assert!(stderr.contains("top 4 of 72 positions"), "{stderr}");
+    let out = domino(&train);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(drafter.join("model.safetensors").exists());
+    let e = expect_error(&["train", "soft-labels", "--model", m, "--data", work.path().join("nothing").to_str().unwrap()]);
+    assert!(e.contains("meta.json"), "{e}");
+}
+
 /// `train ngrams` builds the table from `train data` output; a drafter folder holding it as
 /// lookup-ngrams.safetensors gives `--lookup` table rounds with the plain output; a corrupt table or
 /// one of another vocabulary is one clear error line.

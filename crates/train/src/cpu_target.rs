@@ -118,9 +118,33 @@ impl CpuTarget {
     /// position, its earlier positions already in its cache), writing each row's keys and values
     /// into its sequence's cache. `capture` lists the layers whose output is returned.
     pub fn step(&self, rows: &[Row], caches: &mut [KvCache], capture: &[usize]) -> Result<StepOutput> {
+        let h = self.config.hidden_size;
+        self.check_rows(rows, caches)?;
+        let x: Vec<f32> = rows.iter().flat_map(|r| self.embed[r.token as usize * h..][..h].iter().copied()).collect();
+        let (x, features) = self.layers_from(0, x, rows, caches, capture);
+        let next_tokens = self.head_logits(&x, rows).chunks_exact(self.config.vocab_size.max(1)).map(argmax).collect();
+        Ok(StepOutput { features, next_tokens })
+    }
+
+    /// The final logits `[wanted rows][vocab]` of the rows that ask for logits, starting from the
+    /// residual stream `x` `[rows][hidden]` after layer `after_layer` (Hugging Face
+    /// `hidden_states[after_layer + 1]`): the remaining layers, the final norm and the lm_head.
+    /// This is how soft labels come from stored features without decoding again.
+    pub fn logits_after_layer(&self, after_layer: usize, x: Vec<f32>, rows: &[Row], caches: &mut [KvCache]) -> Result<Vec<f32>> {
+        let h = self.config.hidden_size;
+        if after_layer >= self.config.num_layers {
+            return Err(TrainError::Invalid(format!("layer {after_layer} is past the target's {} layers", self.config.num_layers)));
+        }
+        if x.len() != rows.len() * h {
+            return Err(TrainError::Invalid(format!("{} residual values for {} rows of width {h}", x.len(), rows.len())));
+        }
+        self.check_rows(rows, caches)?;
+        let (x, _) = self.layers_from(after_layer + 1, x, rows, caches, &[]);
+        Ok(self.head_logits(&x, rows))
+    }
+
+    fn check_rows(&self, rows: &[Row], caches: &[KvCache]) -> Result<()> {
         let c = &self.config;
-        let (h, d, m) = (c.hidden_size, c.head_dim, rows.len());
-        let (qw, kvw) = (c.q_width(), c.kv_width());
         for r in rows {
             let cache = caches.get(r.seq).ok_or_else(|| TrainError::Invalid(format!("row of unknown sequence {}", r.seq)))?;
             if r.pos >= cache.capacity {
@@ -130,12 +154,20 @@ impl CpuTarget {
                 return Err(TrainError::Invalid(format!("token id {} is outside the vocabulary ({})", r.token, c.vocab_size)));
             }
         }
+        Ok(())
+    }
+
+    /// Layers `first..` over the residual stream `x` `[rows][hidden]`; returns the stream after the
+    /// last layer and the captured layers' outputs `[rows][capture.len() · hidden]`.
+    fn layers_from(&self, first: usize, mut x: Vec<f32>, rows: &[Row], caches: &mut [KvCache], capture: &[usize]) -> (Vec<f32>, Vec<f32>) {
+        let c = &self.config;
+        let (h, d, m) = (c.hidden_size, c.head_dim, rows.len());
+        let (qw, kvw) = (c.q_width(), c.kv_width());
         let max_pos = rows.iter().map(|r| r.pos + 1).max().unwrap_or(0);
         let rope = rope_table_values(max_pos, d, c.rope_theta);
-        let mut x: Vec<f32> = rows.iter().flat_map(|r| self.embed[r.token as usize * h..][..h].iter().copied()).collect();
         let width = capture.len() * h;
         let mut features = vec![0f32; m * width];
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, layer) in self.layers.iter().enumerate().skip(first) {
             let a = rmsnorm(&x, &layer.input_norm, c.rms_norm_eps);
             let mut qkv = self.matmul(&a, &layer.qkv, m, h, qw + 2 * kvw);
             for (r, row) in rows.iter().enumerate() {
@@ -163,13 +195,18 @@ impl CpuTarget {
                 }
             }
         }
-        let wanted: Vec<usize> = (0..m).filter(|&r| rows[r].logits).collect();
-        let mut y: Vec<f32> = wanted.iter().flat_map(|&r| x[r * h..][..h].iter().copied()).collect();
-        y = rmsnorm(&y, &self.norm, c.rms_norm_eps);
+        (x, features)
+    }
+
+    /// Final norm and lm_head over the rows that ask for logits: `[wanted rows][vocab]`.
+    fn head_logits(&self, x: &[f32], rows: &[Row]) -> Vec<f32> {
+        let c = &self.config;
+        let h = c.hidden_size;
+        let wanted: Vec<usize> = (0..rows.len()).filter(|&r| rows[r].logits).collect();
+        let y: Vec<f32> = wanted.iter().flat_map(|&r| x[r * h..][..h].iter().copied()).collect();
+        let y = rmsnorm(&y, &self.norm, c.rms_norm_eps);
         let head = self.lm_head.as_deref().unwrap_or(&self.embed);
-        let logits = self.matmul(&y, head, wanted.len(), h, c.vocab_size);
-        let next_tokens = logits.chunks_exact(c.vocab_size.max(1)).map(argmax).collect();
-        Ok(StepOutput { features, next_tokens })
+        self.matmul(&y, head, wanted.len(), h, c.vocab_size)
     }
 
     /// Causal attention of every row over its own sequence's cache (positions 0..=pos), rows split

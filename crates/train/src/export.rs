@@ -88,7 +88,7 @@ pub fn export(dir: &Path, net: &DrafterNet, cfg: &DrafterConfig, target: &Qwen3C
     write_atomic(&cpath, &text)
 }
 
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("partial");
     std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io(path))

@@ -16,6 +16,7 @@ pub mod loss;
 pub mod model;
 pub mod rng;
 pub mod schedule;
+pub mod soft_labels;
 pub mod train;
 pub mod weights;
 

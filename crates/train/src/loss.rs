@@ -89,14 +89,21 @@ impl Candidates {
         self.index[&t]
     }
 
+    /// Sampled-softmax log-probabilities `[n, C]` of `logits` `[n, C]` (columns = `self.ids`).
+    pub fn log_probs(&self, logits: Tensor<2>) -> Tensor<2> {
+        let device = logits.device();
+        let c = self.ids.len();
+        let corr = Tensor::<1>::from_data(TensorData::new(self.correction.clone(), [c]), &device).reshape([1, c]);
+        log_softmax(logits.add(corr), 1)
+    }
+
     /// Sampled-softmax NLL per row `[n]` of `logits` `[n, C]` (columns = `self.ids`) for `labels`.
     pub fn nll(&self, logits: Tensor<2>, labels: &[u32]) -> Tensor<1> {
         let device = logits.device();
-        let (n, c) = (labels.len(), self.ids.len());
-        let corr = Tensor::<1>::from_data(TensorData::new(self.correction.clone(), [c]), &device).reshape([1, c]);
+        let n = labels.len();
         let cols: Vec<i64> = labels.iter().map(|&l| self.column(l) as i64).collect();
         let idx = Tensor::<1, Int>::from_data(TensorData::new(cols, [n]), &device);
-        log_softmax(logits.add(corr), 1).gather(1, idx.reshape([n, 1])).reshape([n]).neg()
+        self.log_probs(logits).gather(1, idx.reshape([n, 1])).reshape([n]).neg()
     }
 }
 

@@ -299,8 +299,13 @@ impl DominoHead {
 
 /// Negative log-likelihood of `labels` under `logits` `[n, V]`, per row `[n]`.
 pub fn nll(logits: Tensor<2>, labels: &[u32]) -> Tensor<1> {
-    let device = logits.device();
+    nll_of_log_probs(log_softmax(logits, 1), labels)
+}
+
+/// −log p of each row's label column, from log-probabilities `[n, C]`.
+pub fn nll_of_log_probs(log_probs: Tensor<2>, labels: &[u32]) -> Tensor<1> {
+    let device = log_probs.device();
     let n = labels.len();
     let idx = Tensor::<1, Int>::from_data(TensorData::new(labels.iter().map(|&l| l as i64).collect::<Vec<_>>(), [n]), &device);
-    log_softmax(logits, 1).gather(1, idx.reshape([n, 1])).reshape([n]).neg()
+    log_probs.gather(1, idx.reshape([n, 1])).reshape([n]).neg()
 }

@@ -16,9 +16,11 @@ use crate::error::{format_error, io, Result, TrainError};
 use crate::export::{export, validate, write_atomic};
 use crate::feature_scale::{column_multipliers, scale_sequence};
 use crate::loss::{most_frequent, Candidates, EvalStats, LossKind};
-use crate::model::{nll, Dims, DrafterNet, Target};
+use crate::model::{nll, nll_of_log_probs, Dims, DrafterNet, Target};
 use crate::rng::Rng;
 use crate::schedule::{lambda, learning_rate, slot_weight};
+use crate::soft_labels::{read_soft_labels, SoftRows};
+use burn::tensor::activation::log_softmax;
 use crate::weights::{build_net, init_weights, load_target, InitReport};
 use burn::module::Module;
 use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
@@ -80,6 +82,11 @@ pub struct TrainOptions {
     /// ([`crate::feature_scale`]); absent in states saved before it existed: off.
     #[serde(default)]
     pub scale_features: bool,
+    /// Weight W of the distillation term: each draft's loss is (1 − W)·CE(greedy token) +
+    /// W·CE(the target's top-k distribution) from the data's soft labels
+    /// ([`crate::soft_labels`]); 0 (and absent in older states): the greedy token alone.
+    #[serde(default)]
+    pub soft_weight: f64,
 }
 
 fn default_frequent() -> usize {
@@ -125,6 +132,7 @@ impl Default for TrainOptions {
             eval_seqs: 0,
             eval_every: 0,
             scale_features: false,
+            soft_weight: 0.0,
         }
     }
 }
@@ -195,7 +203,8 @@ pub fn drafter_config(opts: &TrainOptions, target: &Qwen3Config, target_layer_id
 
 /// One sequence's share of a step: the loss tensor, (correct, counted) per draft slot and the
 /// number of vocabulary columns the loss ran over. `candidates`: None for the full-vocabulary loss,
-/// else a function of the labels giving the sampled loss's columns.
+/// else a function of the fixed ids (the labels, and the soft labels' candidates) giving the
+/// sampled loss's columns. `soft`: the sequence's soft labels and the weight W of their term.
 #[allow(clippy::too_many_arguments)]
 pub fn sequence_loss(
     net: &DrafterNet,
@@ -206,6 +215,7 @@ pub fn sequence_loss(
     anchors: &[usize],
     lam: f64,
     candidates: Option<&mut dyn FnMut(&[u32]) -> Candidates>,
+    soft: Option<(&SoftRows, f64)>,
     device: &Device,
 ) -> (Tensor<1>, Vec<(usize, usize)>, usize) {
     let b = dims.block;
@@ -214,7 +224,14 @@ pub fn sequence_loss(
     let first = 1 - shift;
     let slots: Vec<usize> = (first..b).collect();
     let labels: Vec<u32> = anchors.iter().flat_map(|&a| slots.iter().map(move |&i| seq.tokens[a + i + shift])).collect();
-    let cand = candidates.map(|f| f(&labels));
+    // The target's distribution over each label comes from the position just before it.
+    let soft_rows: Vec<(&[u32], &[f32])> = match soft {
+        Some((rows, _)) => anchors.iter().flat_map(|&a| slots.iter().map(move |&i| a + i + shift - 1)).filter_map(|p| rows.at(p)).collect(),
+        None => Vec::new(),
+    };
+    let soft_weight = if soft_rows.len() == labels.len() { soft.map_or(0.0, |(_, w)| w) } else { 0.0 };
+    let fixed: Vec<u32> = labels.iter().copied().chain(soft_rows.iter().flat_map(|(ids, _)| ids.iter().copied())).collect();
+    let cand = candidates.map(|f| f(&fixed));
     let out = block_forward(net, dims, target, seq, width, anchors, cand.as_ref().map(|c| c.ids.as_slice()), device);
     let weights: Vec<f32> = anchors.iter().flat_map(|_| slots.iter().map(|&i| slot_weight(i + shift - 1) as f32)).collect();
     let norm: f32 = weights.iter().sum();
@@ -222,9 +239,30 @@ pub fn sequence_loss(
     let w = Tensor::<1>::from_data(TensorData::new(weights, [n]), device).div_scalar(norm);
     let columns = cand.as_ref().map_or(dims.vocab, |c| c.len());
     let pick = |logits: Tensor<3>| logits.narrow(1, first, b - first).reshape([n, columns]);
-    let loss_of = |logits: Tensor<2>| match &cand {
-        Some(c) => c.nll(logits, &labels),
-        None => nll(logits, &labels),
+    let column = |t: u32| cand.as_ref().map_or(t as usize, |c| c.column(t));
+    let label_columns: Vec<u32> = labels.iter().map(|&l| column(l) as u32).collect();
+    let soft_target = (soft_weight > 0.0).then(|| {
+        let mut t = vec![0f32; n * columns];
+        for (r, (ids, logp)) in soft_rows.iter().enumerate() {
+            // Renormalised over the kept candidates: the target's relative preferences among them.
+            let max = logp.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let z: f32 = logp.iter().map(|l| (l - max).exp()).sum();
+            for (&id, &l) in ids.iter().zip(logp.iter()) {
+                t[r * columns + column(id)] += (l - max).exp() / z;
+            }
+        }
+        Tensor::<2>::from_data(TensorData::new(t, [n, columns]), device)
+    });
+    let loss_of = |logits: Tensor<2>| {
+        let log_probs = match &cand {
+            Some(c) => c.log_probs(logits),
+            None => log_softmax(logits, 1),
+        };
+        let hard = nll_of_log_probs(log_probs.clone(), &label_columns);
+        match &soft_target {
+            Some(t) => hard.mul_scalar(1.0 - soft_weight).add(log_probs.mul(t.clone()).sum_dim(1).reshape([n]).neg().mul_scalar(soft_weight)),
+            None => hard,
+        }
     };
     let base = pick(out.base);
     let (loss, scored) = match out.fin {
@@ -237,7 +275,7 @@ pub fn sequence_loss(
         None => (loss_of(base.clone()).mul(w).sum(), base),
     };
     let pred: Vec<i64> = scored.detach().argmax(1).into_data().convert::<i64>().try_to_vec::<i64>().unwrap_or_default();
-    let label_cols: Vec<i64> = labels.iter().map(|&l| cand.as_ref().map_or(l as usize, |c| c.column(l)) as i64).collect();
+    let label_cols: Vec<i64> = label_columns.iter().map(|&c| c as i64).collect();
     let mut acc = vec![(0usize, 0usize); slots.len()];
     for (r, (&p, &l)) in pred.iter().zip(&label_cols).enumerate() {
         let k = r % slots.len();
@@ -330,7 +368,11 @@ pub fn train(
     if !(opts.lr > 0.0) || !(0.0..=1.0).contains(&opts.decay_ratio) || !(0.0..=1.0).contains(&opts.warmup_ratio) {
         return Err(TrainError::Invalid("--lr must be positive; --decay-ratio and --warmup-ratio must lie in [0, 1]".into()));
     }
+    if !(0.0..=1.0).contains(&opts.soft_weight) {
+        return Err(TrainError::Invalid("--soft-weight must lie in [0, 1]".into()));
+    }
     let (meta, mut seqs) = read_all(data_dir)?;
+    let soft = if opts.soft_weight > 0.0 { Some(read_soft_labels(data_dir, &meta, &seqs)?) } else { None };
     if meta.hidden_size != target_cfg.hidden_size || meta.num_target_layers != target_cfg.num_layers || meta.vocab_size != target_cfg.vocab_size {
         return Err(format_error(
             &data_dir.join("meta.json"),
@@ -375,6 +417,7 @@ pub fn train(
     }
     let mut usable: Vec<&Sequence> = usable_ids.iter().map(|&i| &seqs[i]).collect();
     let held_out: Vec<&Sequence> = usable.split_off(usable.len() - opts.eval_seqs);
+    let usable_soft: Vec<Option<(&SoftRows, f64)>> = usable_ids[..usable.len()].iter().map(|&i| soft.as_ref().map(|s| (&s[i], opts.soft_weight))).collect();
     if usable.is_empty() {
         return Err(TrainError::Invalid(format!(
             "no sequence in {} has a continuation longer than the block size {} (+{shift}): generate longer continuations or use a smaller --block-size",
@@ -421,7 +464,8 @@ pub fn train(
         let mut acc: Vec<(usize, usize)> = Vec::new();
         let mut columns = 0usize;
         for _ in 0..opts.batch {
-            let seq = usable[rng.below(usable.len())];
+            let pick = rng.below(usable.len());
+            let seq = usable[pick];
             let (lo, hi) = anchor_range(seq, cfg.block_size, shift);
             let anchors = rng.distinct(lo, hi, opts.anchors);
             let mut draw = |labels: &[u32]| Candidates::draw(labels, &frequent, opts.sampled_candidates, dims.vocab, &mut rng);
@@ -429,7 +473,7 @@ pub fn train(
                 LossKind::Full => None,
                 LossKind::Sampled => Some(&mut draw),
             };
-            let (loss, a, cols) = sequence_loss(&net, &dims, &target, seq, width, &anchors, lam, candidates, device);
+            let (loss, a, cols) = sequence_loss(&net, &dims, &target, seq, width, &anchors, lam, candidates, usable_soft[pick], device);
             columns += cols;
             total = Some(match total {
                 Some(t) => t.add(loss),

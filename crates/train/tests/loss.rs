@@ -55,7 +55,7 @@ fn loss_and_grads(domino: bool, candidates: Option<&mut dyn FnMut(&[u32]) -> Can
     let seq = &seqs[0];
     let width = seq.features.len() / seq.tokens.len();
     let anchors: Vec<usize> = (seq.prompt_len..seq.prompt_len + 10).collect();
-    let (loss, acc, _) = sequence_loss(&net, &dims, &target, seq, width, &anchors, 0.3, candidates, &device);
+    let (loss, acc, _) = sequence_loss(&net, &dims, &target, seq, width, &anchors, 0.3, candidates, None, &device);
     assert!(acc.iter().all(|&(_, n)| n == anchors.len()));
     let value = to_vec(loss.clone().detach())[0];
     let grads = loss.backward();
