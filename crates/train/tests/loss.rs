@@ -6,7 +6,6 @@
 mod common;
 
 use burn::tensor::Tensor;
-use domino_models::testing::TinySpec;
 use domino_train::data::read_all;
 use domino_train::loss::{most_frequent, Candidates};
 use domino_train::model::Dims;
@@ -19,12 +18,7 @@ const VOCAB: usize = 64;
 
 /// A tiny target and 32 sequences of its data (enough that the held-out ones are like the rest).
 fn setup(dir: &std::path::Path) -> common::TinyTarget {
-    let spec = TinySpec { hidden: 32, layers: 2, heads: 2, kv_heads: 1, head_dim: 16, intermediate: 48, vocab: VOCAB, embed_scale: 2.0, seed: 9, ..TinySpec::default() };
-    let t = common::tiny_target(&dir.join("target"), &spec);
-    let mut rng = Rng::new(1);
-    let prompts: Vec<Vec<u32>> = (0..32).map(|_| (0..4).map(|_| rng.below(VOCAB) as u32).collect()).collect();
-    common::cpu_data(&t.reference, &prompts, 24, &[0, 1], &dir.join("data"));
-    t
+    common::small_target_with_data(dir, 2, 32, 24)
 }
 
 fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {

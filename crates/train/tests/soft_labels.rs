@@ -7,7 +7,6 @@
 mod common;
 
 use burn::tensor::Tensor;
-use domino_models::testing::TinySpec;
 use domino_train::cpu_target::CpuTarget;
 use domino_train::data::{read_all, DataMeta};
 use domino_train::loss::Candidates;
@@ -23,12 +22,7 @@ const VOCAB: usize = 64;
 /// A 3-layer target and 24 sequences with features of layers 0 and 1, so that soft labels
 /// continue through layer 2.
 fn setup(dir: &std::path::Path) -> common::TinyTarget {
-    let spec = TinySpec { hidden: 32, layers: 3, heads: 2, kv_heads: 1, head_dim: 16, intermediate: 48, vocab: VOCAB, embed_scale: 2.0, seed: 9, ..TinySpec::default() };
-    let t = common::tiny_target(&dir.join("target"), &spec);
-    let mut rng = Rng::new(1);
-    let prompts: Vec<Vec<u32>> = (0..24).map(|_| (0..4).map(|_| rng.below(VOCAB) as u32).collect()).collect();
-    common::cpu_data(&t.reference, &prompts, 20, &[0, 1], &dir.join("data"));
-    t
+    common::small_target_with_data(dir, 3, 24, 20)
 }
 
 fn log_softmax(row: &[f32]) -> Vec<f64> {

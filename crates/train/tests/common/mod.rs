@@ -22,6 +22,18 @@ pub fn tiny_target(dir: &Path, spec: &TinySpec) -> TinyTarget {
     TinyTarget { config, ckpt, reference }
 }
 
+/// A small target (hidden 32, vocab 64) of `layers` layers and `seqs` sequences of its data in
+/// `dir/data` (4-token random prompts, `max_new` greedy tokens, features of layers 0 and 1).
+pub fn small_target_with_data(dir: &Path, layers: usize, seqs: usize, max_new: usize) -> TinyTarget {
+    let vocab = 64;
+    let spec = TinySpec { hidden: 32, layers, heads: 2, kv_heads: 1, head_dim: 16, intermediate: 48, vocab, embed_scale: 2.0, seed: 9, ..TinySpec::default() };
+    let t = tiny_target(&dir.join("target"), &spec);
+    let mut rng = domino_train::rng::Rng::new(1);
+    let prompts: Vec<Vec<u32>> = (0..seqs).map(|_| (0..4).map(|_| rng.below(vocab) as u32).collect()).collect();
+    cpu_data(&t.reference, &prompts, max_new, &[0, 1], &dir.join("data"));
+    t
+}
+
 /// Self-distillation data made with the CPU reference: greedy continuations and their features.
 pub fn cpu_data(model: &ReferenceModel, prompts: &[Vec<u32>], max_new: usize, ids: &[usize], out: &Path) {
     let c = model.config();
