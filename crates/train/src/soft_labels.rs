@@ -213,9 +213,11 @@ pub fn read_soft_labels(data_dir: &Path, meta: &DataMeta, seqs: &[Sequence]) -> 
         }
         let bytes = std::fs::read(&path).map_err(io(&path))?;
         let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| format_error(&path, format!("{e:?}")))?;
-        let first = index * meta.shard_size;
-        let in_shard = seqs.len().saturating_sub(first).min(meta.shard_size);
-        for (j, seq) in seqs[first..first + in_shard].iter().enumerate() {
+        // As many sequences as this file labels, after those of the files before it.
+        let first = out.len();
+        let in_shard = st.names().iter().filter(|n| n.ends_with(".ids")).count();
+        let shard_seqs = seqs.get(first..first + in_shard).ok_or_else(|| format_error(&path, format!("labels for {} sequences after {first}, the data has {}", in_shard, seqs.len())))?;
+        for (j, seq) in shard_seqs.iter().enumerate() {
             let m = seq.tokens.len() - seq.prompt_len;
             let get = |name: String, dtype: safetensors::Dtype| {
                 let t = st.tensor(&name).map_err(|e| format_error(&path, format!("{name}: {e:?}")))?;

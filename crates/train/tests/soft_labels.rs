@@ -84,14 +84,21 @@ fn a_missing_or_foreign_soft_label_folder_is_a_clear_error() {
     make_soft_labels(&target, &data, 3, &mut |_, _| {}).unwrap();
     // Labels of other data: the prompts hash differs.
     let mut meta = DataMeta::read(&data).unwrap();
-    meta.prompts_hash = "0000000000000000".into();
+    let hash = std::mem::replace(&mut meta.prompts_hash, "0000000000000000".into());
     meta.write(&data).unwrap();
     let e = train(&t.config, &t.ckpt, &data, &dir.path().join("d"), &opts, &cpu_device(), None, &mut |_| {}).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("other data"), "{e}");
-    let bad = TrainOptions { soft_weight: 1.5, ..opts };
+    let bad = TrainOptions { soft_weight: 1.5, ..opts.clone() };
     let e = train(&t.config, &t.ckpt, &data, &dir.path().join("e"), &bad, &cpu_device(), None, &mut |_| {}).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("--soft-weight"), "{e}");
-    assert!(soft_dir(&data).join("shard-00000.safetensors").exists());
+    // A damaged label file is named, never a panic.
+    meta.prompts_hash = hash;
+    meta.write(&data).unwrap();
+    let shard = soft_dir(&data).join("shard-00000.safetensors");
+    let bytes = std::fs::read(&shard).unwrap();
+    std::fs::write(&shard, &bytes[..bytes.len() / 2]).unwrap();
+    let e = train(&t.config, &t.ckpt, &data, &dir.path().join("f"), &opts, &cpu_device(), None, &mut |_| {}).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("shard-00000"), "{e}");
 }
 
 fn scalar(t: Tensor<1>) -> f64 {
