@@ -229,6 +229,9 @@ pub fn sequence_loss(
         Some((rows, _)) => anchors.iter().flat_map(|&a| slots.iter().map(move |&i| a + i + shift - 1)).filter_map(|p| rows.at(p)).collect(),
         None => Vec::new(),
     };
+    // read_soft_labels checks that every sequence has a row for each position from prompt_len − 1
+    // on, and anchors start at prompt_len, so every label has its row.
+    debug_assert!(soft.is_none() || soft_rows.len() == labels.len(), "soft labels missing for some labels");
     let soft_weight = if soft_rows.len() == labels.len() { soft.map_or(0.0, |(_, w)| w) } else { 0.0 };
     let fixed: Vec<u32> = labels.iter().copied().chain(soft_rows.iter().flat_map(|(ids, _)| ids.iter().copied())).collect();
     let cand = candidates.map(|f| f(&fixed));
