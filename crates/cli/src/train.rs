@@ -197,6 +197,10 @@ struct DrafterArgs {
     /// W·CE(the target's top-k distribution, renormalised), from `train soft-labels` (0: off).
     #[arg(long, default_value_t = 0.0)]
     soft_weight: f64,
+    /// γ of the per-draft loss weight exp(−k/γ) (draft k = 0 first): the spec's 7 by default;
+    /// smaller values put more of the loss on the first drafts.
+    #[arg(long, default_value_t = 7.0)]
+    slot_decay: f64,
 }
 
 pub fn run(args: TrainArgs) -> Result<(), CliError> {
@@ -424,6 +428,7 @@ fn drafter(a: DrafterArgs) -> Result<(), CliError> {
         eval_every: a.eval_every,
         scale_features: a.scale_features,
         soft_weight: a.soft_weight,
+        slot_decay: a.slot_decay,
         ..TrainOptions::default()
     };
     let pb = bar(a.steps as u64, "[{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})");

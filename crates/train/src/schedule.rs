@@ -23,10 +23,13 @@ pub fn learning_rate(step: usize, total: usize, warmup: usize, peak: f64, min_ra
     floor + (peak - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
 }
 
-/// Loss weight of draft slot `k` (0 = the first draft): exp(−k/7), so the first drafts, which
-/// decide most of the acceptance length, count most.
-pub fn slot_weight(k: usize) -> f64 {
-    (-(k as f64) / 7.0).exp()
+/// The spec's decay γ of the per-slot loss weight exp(−k/γ).
+pub const SPEC_SLOT_DECAY: f64 = 7.0;
+
+/// Loss weight of draft slot `k` (0 = the first draft): exp(−k/γ), so the first drafts, which
+/// decide most of the acceptance length, count most (γ = [`SPEC_SLOT_DECAY`] in the spec).
+pub fn slot_weight(k: usize, decay: f64) -> f64 {
+    (-(k as f64) / decay).exp()
 }
 
 #[cfg(test)]
@@ -60,9 +63,10 @@ mod tests {
     }
 
     #[test]
-    fn slot_weights_are_exp_minus_k_over_7() {
-        assert_eq!(slot_weight(0), 1.0);
-        assert!((slot_weight(7) - (-1.0f64).exp()).abs() < 1e-12);
-        assert!(slot_weight(3) > slot_weight(4));
+    fn slot_weights_are_exp_minus_k_over_gamma() {
+        assert_eq!(slot_weight(0, SPEC_SLOT_DECAY), 1.0);
+        assert!((slot_weight(7, SPEC_SLOT_DECAY) - (-1.0f64).exp()).abs() < 1e-12);
+        assert!(slot_weight(3, SPEC_SLOT_DECAY) > slot_weight(4, SPEC_SLOT_DECAY));
+        assert!((slot_weight(2, 2.0) - (-1.0f64).exp()).abs() < 1e-12);
     }
 }

@@ -18,7 +18,7 @@ use crate::feature_scale::{column_multipliers, scale_sequence};
 use crate::loss::{most_frequent, Candidates, EvalStats, LossKind};
 use crate::model::{nll, nll_of_log_probs, Dims, DrafterNet, Target};
 use crate::rng::Rng;
-use crate::schedule::{lambda, learning_rate, slot_weight};
+use crate::schedule::{lambda, learning_rate, slot_weight, SPEC_SLOT_DECAY};
 use crate::soft_labels::{read_soft_labels, SoftRows};
 use burn::tensor::activation::log_softmax;
 use crate::weights::{build_net, init_weights, load_target, InitReport};
@@ -87,6 +87,14 @@ pub struct TrainOptions {
     /// ([`crate::soft_labels`]); 0 (and absent in older states): the greedy token alone.
     #[serde(default)]
     pub soft_weight: f64,
+    /// γ of the per-slot loss weight exp(−k/γ): the spec's 7 (also in older states); smaller
+    /// values put more of the loss on the first drafts.
+    #[serde(default = "default_slot_decay")]
+    pub slot_decay: f64,
+}
+
+fn default_slot_decay() -> f64 {
+    SPEC_SLOT_DECAY
 }
 
 fn default_frequent() -> usize {
@@ -133,6 +141,7 @@ impl Default for TrainOptions {
             eval_every: 0,
             scale_features: false,
             soft_weight: 0.0,
+            slot_decay: SPEC_SLOT_DECAY,
         }
     }
 }
@@ -205,6 +214,7 @@ pub fn drafter_config(opts: &TrainOptions, target: &Qwen3Config, target_layer_id
 /// number of vocabulary columns the loss ran over. `candidates`: None for the full-vocabulary loss,
 /// else a function of the fixed ids (the labels, and the soft labels' candidates) giving the
 /// sampled loss's columns. `soft`: the sequence's soft labels and the weight W of their term.
+/// `slot_decay`: γ of the per-slot weight exp(−k/γ).
 #[allow(clippy::too_many_arguments)]
 pub fn sequence_loss(
     net: &DrafterNet,
@@ -216,6 +226,7 @@ pub fn sequence_loss(
     lam: f64,
     candidates: Option<&mut dyn FnMut(&[u32]) -> Candidates>,
     soft: Option<(&SoftRows, f64)>,
+    slot_decay: f64,
     device: &Device,
 ) -> (Tensor<1>, Vec<(usize, usize)>, usize) {
     let b = dims.block;
@@ -236,7 +247,7 @@ pub fn sequence_loss(
     let fixed: Vec<u32> = labels.iter().copied().chain(soft_rows.iter().flat_map(|(ids, _)| ids.iter().copied())).collect();
     let cand = candidates.map(|f| f(&fixed));
     let out = block_forward(net, dims, target, seq, width, anchors, cand.as_ref().map(|c| c.ids.as_slice()), device);
-    let weights: Vec<f32> = anchors.iter().flat_map(|_| slots.iter().map(|&i| slot_weight(i + shift - 1) as f32)).collect();
+    let weights: Vec<f32> = anchors.iter().flat_map(|_| slots.iter().map(|&i| slot_weight(i + shift - 1, slot_decay) as f32)).collect();
     let norm: f32 = weights.iter().sum();
     let n = labels.len();
     let w = Tensor::<1>::from_data(TensorData::new(weights, [n]), device).div_scalar(norm);
@@ -374,6 +385,9 @@ pub fn train(
     if !(0.0..=1.0).contains(&opts.soft_weight) {
         return Err(TrainError::Invalid("--soft-weight must lie in [0, 1]".into()));
     }
+    if !(opts.slot_decay > 0.0) || !opts.slot_decay.is_finite() {
+        return Err(TrainError::Invalid("--slot-decay must be a positive number".into()));
+    }
     let (meta, mut seqs) = read_all(data_dir)?;
     let soft = if opts.soft_weight > 0.0 { Some(read_soft_labels(data_dir, &meta, &seqs)?) } else { None };
     if meta.hidden_size != target_cfg.hidden_size || meta.num_target_layers != target_cfg.num_layers || meta.vocab_size != target_cfg.vocab_size {
@@ -476,7 +490,7 @@ pub fn train(
                 LossKind::Full => None,
                 LossKind::Sampled => Some(&mut draw),
             };
-            let (loss, a, cols) = sequence_loss(&net, &dims, &target, seq, width, &anchors, lam, candidates, usable_soft[pick], device);
+            let (loss, a, cols) = sequence_loss(&net, &dims, &target, seq, width, &anchors, lam, candidates, usable_soft[pick], opts.slot_decay, device);
             columns += cols;
             total = Some(match total {
                 Some(t) => t.add(loss),

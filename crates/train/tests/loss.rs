@@ -1,7 +1,8 @@
 //! The sampled (candidate-restricted) loss: over the whole vocabulary it is the full loss, with the
 //! same gradients; over fewer columns gradients still reach every trained tensor; a short training
 //! run with it lowers the held-out full-vocabulary NLL; it is deterministic and resumable; and a
-//! state saved before these options existed still resumes.
+//! state saved before these options existed still resumes. The per-draft weights exp(−k/γ) weigh
+//! the drafts' own NLLs for any γ.
 
 mod common;
 
@@ -10,7 +11,8 @@ use domino_train::data::read_all;
 use domino_train::loss::{most_frequent, Candidates};
 use domino_train::model::Dims;
 use domino_train::rng::Rng;
-use domino_train::train::{drafter_config, sequence_loss};
+use domino_train::schedule::SPEC_SLOT_DECAY;
+use domino_train::train::{drafter_config, evaluate, sequence_loss};
 use domino_train::weights::{build_net, init_weights, load_target};
 use domino_train::{cpu_device, train, LossKind, StepStats, TrainOptions};
 
@@ -49,7 +51,7 @@ fn loss_and_grads(domino: bool, candidates: Option<&mut dyn FnMut(&[u32]) -> Can
     let seq = &seqs[0];
     let width = seq.features.len() / seq.tokens.len();
     let anchors: Vec<usize> = (seq.prompt_len..seq.prompt_len + 10).collect();
-    let (loss, acc, _) = sequence_loss(&net, &dims, &target, seq, width, &anchors, 0.3, candidates, None, &device);
+    let (loss, acc, _) = sequence_loss(&net, &dims, &target, seq, width, &anchors, 0.3, candidates, None, SPEC_SLOT_DECAY, &device);
     assert!(acc.iter().all(|&(_, n)| n == anchors.len()));
     let value = to_vec(loss.clone().detach())[0];
     let grads = loss.backward();
@@ -59,6 +61,37 @@ fn loss_and_grads(domino: bool, candidates: Option<&mut dyn FnMut(&[u32]) -> Can
         g.push(to_vec(head.weight_ih.val().grad(&grads).expect("the GRU has a gradient")));
     }
     (value, g)
+}
+
+/// With λ = 0 (final logits only), the full loss over every anchor of a sequence is the mean of the
+/// per-draft NLLs that the held-out evaluation computes, weighted by exp(−k/γ): for the spec's γ = 7,
+/// a γ that leans on the first drafts, and one so small that only the first draft counts.
+#[test]
+fn slot_decay_weighs_each_drafts_nll_by_exp_minus_k_over_gamma() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = setup(dir.path());
+    let (_, seqs) = read_all(&dir.path().join("data")).unwrap();
+    let opts = TrainOptions { layers: 1, block_size: 4, emb_dim: 8, gru_hidden: 12, ..TrainOptions::default() };
+    let cfg = drafter_config(&opts, &t.config, vec![0, 1]).unwrap();
+    let (w, _) = init_weights(&cfg, &t.config, Some(&t.ckpt), 11).unwrap();
+    let device = cpu_device();
+    let net = build_net(&cfg, w, &device).unwrap();
+    let target = load_target(&t.config, &t.ckpt, &device).unwrap();
+    let dims = Dims::new(&cfg, &t.config);
+    let seq = &seqs[0];
+    let width = seq.features.len() / seq.tokens.len();
+    // Every anchor with a full block of labels (shifted labels: a + B + 1 <= len).
+    let anchors: Vec<usize> = (seq.prompt_len..seq.tokens.len() - dims.block).collect();
+    let per_draft = evaluate(&net, &dims, &target, &[seq], width, usize::MAX, &device).slot_nll;
+    assert_eq!(per_draft.len(), dims.block);
+    for gamma in [SPEC_SLOT_DECAY, 2.0, 1e-3] {
+        let (loss, _, _) = sequence_loss(&net, &dims, &target, seq, width, &anchors, 0.0, None, None, gamma, &device);
+        let weights: Vec<f64> = (0..per_draft.len()).map(|k| (-(k as f64) / gamma).exp()).collect();
+        let expected = weights.iter().zip(&per_draft).map(|(w, x)| w * x).sum::<f64>() / weights.iter().sum::<f64>();
+        let got = to_vec(loss)[0] as f64;
+        assert!((got - expected).abs() < 1e-4 * expected.max(1.0), "γ {gamma}: loss {got}, weighted per-draft NLL {expected}");
+    }
+    assert!((per_draft[0] - per_draft[1]).abs() > 1e-3, "the drafts' NLLs must differ for the weights to show");
 }
 
 #[test]

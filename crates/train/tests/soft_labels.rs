@@ -12,6 +12,7 @@ use domino_train::data::{read_all, DataMeta};
 use domino_train::loss::Candidates;
 use domino_train::model::Dims;
 use domino_train::rng::Rng;
+use domino_train::schedule::SPEC_SLOT_DECAY;
 use domino_train::soft_labels::{make_soft_labels, read_soft_labels, soft_dir, SoftRows};
 use domino_train::train::{drafter_config, sequence_loss};
 use domino_train::weights::{build_net, init_weights, load_target};
@@ -137,7 +138,7 @@ fn the_soft_term_is_linear_in_its_weight_and_one_hot_labels_are_the_greedy_loss(
             let mut rng = Rng::new(5);
             let mut draw = |fixed: &[u32]| Candidates::draw(fixed, &[], 7, VOCAB, &mut rng);
             let candidates: Option<&mut dyn FnMut(&[u32]) -> Candidates> = if sampled { Some(&mut draw) } else { None };
-            scalar(sequence_loss(&net, &dims, &target, seq, width, &anchors, 0.3, candidates, soft, &device).0)
+            scalar(sequence_loss(&net, &dims, &target, seq, width, &anchors, 0.3, candidates, soft, SPEC_SLOT_DECAY, &device).0)
         };
         for sampled in [false, true] {
             let hard = loss(None, sampled);
