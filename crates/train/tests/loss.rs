@@ -92,6 +92,11 @@ fn slot_decay_weighs_each_drafts_nll_by_exp_minus_k_over_gamma() {
         assert!((got - expected).abs() < 1e-4 * expected.max(1.0), "γ {gamma}: loss {got}, weighted per-draft NLL {expected}");
     }
     assert!((per_draft[0] - per_draft[1]).abs() > 1e-3, "the drafts' NLLs must differ for the weights to show");
+    for gamma in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let bad = TrainOptions { steps: 2, slot_decay: gamma, ..opts.clone() };
+        let e = train(&t.config, &t.ckpt, &dir.path().join("data"), &dir.path().join("d"), &bad, &device, None, &mut |_| {}).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("--slot-decay"), "γ {gamma}: {e}");
+    }
 }
 
 #[test]
