@@ -7,9 +7,9 @@
 mod common;
 
 use burn::tensor::Tensor;
-use domino_train::data::read_all;
+use domino_train::data::{read_all, Sequence};
 use domino_train::loss::{most_frequent, Candidates};
-use domino_train::model::Dims;
+use domino_train::model::{Dims, DrafterNet, Target};
 use domino_train::rng::Rng;
 use domino_train::schedule::SPEC_SLOT_DECAY;
 use domino_train::train::{drafter_config, evaluate, sequence_loss};
@@ -32,26 +32,50 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
+/// A tiny Domino (or DFlash) drafter over the tiny target, on the first sequence of its data.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    t: common::TinyTarget,
+    opts: TrainOptions,
+    seq: Sequence,
+    net: DrafterNet,
+    target: Target,
+    dims: Dims,
+}
+
+impl Fixture {
+    fn new(domino: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let t = setup(dir.path());
+        let data = dir.path().join("data");
+        let (_, mut seqs) = read_all(&data).unwrap();
+        let opts = TrainOptions { domino, layers: 1, block_size: 4, emb_dim: 8, gru_hidden: 12, ..TrainOptions::default() };
+        let cfg = drafter_config(&opts, &t.config, vec![0, 1]).unwrap();
+        let (mut w, _) = init_weights(&cfg, &t.config, Some(&t.ckpt), 11).unwrap();
+        // A trained head's output projection is not zero: make the correction matter.
+        if let Some((shape, v)) = w.get_mut("embed_proj.2.weight") {
+            *v = Rng::new(3).vec(shape.iter().product(), 1.5);
+        }
+        let device = cpu_device();
+        let net = build_net(&cfg, w, &device).unwrap();
+        let target = load_target(&t.config, &t.ckpt, &device).unwrap();
+        let dims = Dims::new(&cfg, &t.config);
+        Self { _dir: dir, data, opts, seq: seqs.swap_remove(0), net, target, dims, t }
+    }
+
+    /// Feature columns per position.
+    fn width(&self) -> usize {
+        self.seq.features.len() / self.seq.tokens.len()
+    }
+}
+
 /// Loss value and the gradients of fc, the draft layer's q_proj and the head's output projection.
 fn loss_and_grads(domino: bool, candidates: Option<&mut dyn FnMut(&[u32]) -> Candidates>) -> (f32, Vec<Vec<f32>>) {
-    let dir = tempfile::tempdir().unwrap();
-    let t = setup(dir.path());
-    let (_, seqs) = read_all(&dir.path().join("data")).unwrap();
-    let opts = TrainOptions { domino, layers: 1, block_size: 4, emb_dim: 8, gru_hidden: 12, ..TrainOptions::default() };
-    let cfg = drafter_config(&opts, &t.config, vec![0, 1]).unwrap();
-    let (mut w, _) = init_weights(&cfg, &t.config, Some(&t.ckpt), 11).unwrap();
-    // A trained head's output projection is not zero: make the correction matter.
-    if let Some((shape, v)) = w.get_mut("embed_proj.2.weight") {
-        *v = Rng::new(3).vec(shape.iter().product(), 1.5);
-    }
-    let device = cpu_device();
-    let net = build_net(&cfg, w, &device).unwrap();
-    let target = load_target(&t.config, &t.ckpt, &device).unwrap();
-    let dims = Dims::new(&cfg, &t.config);
-    let seq = &seqs[0];
-    let width = seq.features.len() / seq.tokens.len();
+    let f = Fixture::new(domino);
+    let (net, seq) = (&f.net, &f.seq);
     let anchors: Vec<usize> = (seq.prompt_len..seq.prompt_len + 10).collect();
-    let (loss, acc, _) = sequence_loss(&net, &dims, &target, seq, width, &anchors, 0.3, candidates, None, SPEC_SLOT_DECAY, &device);
+    let (loss, acc, _) = sequence_loss(net, &f.dims, &f.target, seq, f.width(), &anchors, 0.3, candidates, None, SPEC_SLOT_DECAY, &cpu_device());
     assert!(acc.iter().all(|&(_, n)| n == anchors.len()));
     let value = to_vec(loss.clone().detach())[0];
     let grads = loss.backward();
@@ -68,24 +92,14 @@ fn loss_and_grads(domino: bool, candidates: Option<&mut dyn FnMut(&[u32]) -> Can
 /// a γ that leans on the first drafts, and one so small that only the first draft counts.
 #[test]
 fn slot_decay_weighs_each_drafts_nll_by_exp_minus_k_over_gamma() {
-    let dir = tempfile::tempdir().unwrap();
-    let t = setup(dir.path());
-    let (_, seqs) = read_all(&dir.path().join("data")).unwrap();
-    let opts = TrainOptions { layers: 1, block_size: 4, emb_dim: 8, gru_hidden: 12, ..TrainOptions::default() };
-    let cfg = drafter_config(&opts, &t.config, vec![0, 1]).unwrap();
-    let (w, _) = init_weights(&cfg, &t.config, Some(&t.ckpt), 11).unwrap();
-    let device = cpu_device();
-    let net = build_net(&cfg, w, &device).unwrap();
-    let target = load_target(&t.config, &t.ckpt, &device).unwrap();
-    let dims = Dims::new(&cfg, &t.config);
-    let seq = &seqs[0];
-    let width = seq.features.len() / seq.tokens.len();
+    let f = Fixture::new(true);
+    let (seq, dims, device) = (&f.seq, &f.dims, cpu_device());
     // Every anchor with a full block of labels (shifted labels: a + B + 1 <= len).
     let anchors: Vec<usize> = (seq.prompt_len..seq.tokens.len() - dims.block).collect();
-    let per_draft = evaluate(&net, &dims, &target, &[seq], width, usize::MAX, &device).slot_nll;
+    let per_draft = evaluate(&f.net, dims, &f.target, &[seq], f.width(), usize::MAX, &device).slot_nll;
     assert_eq!(per_draft.len(), dims.block);
     for gamma in [SPEC_SLOT_DECAY, 2.0, 1e-3] {
-        let (loss, _, _) = sequence_loss(&net, &dims, &target, seq, width, &anchors, 0.0, None, None, gamma, &device);
+        let (loss, _, _) = sequence_loss(&f.net, dims, &f.target, seq, f.width(), &anchors, 0.0, None, None, gamma, &device);
         let weights: Vec<f64> = (0..per_draft.len()).map(|k| (-(k as f64) / gamma).exp()).collect();
         let expected = weights.iter().zip(&per_draft).map(|(w, x)| w * x).sum::<f64>() / weights.iter().sum::<f64>();
         let got = to_vec(loss)[0] as f64;
@@ -93,8 +107,9 @@ fn slot_decay_weighs_each_drafts_nll_by_exp_minus_k_over_gamma() {
     }
     assert!((per_draft[0] - per_draft[1]).abs() > 1e-3, "the drafts' NLLs must differ for the weights to show");
     for gamma in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-        let bad = TrainOptions { steps: 2, slot_decay: gamma, ..opts.clone() };
-        let e = train(&t.config, &t.ckpt, &dir.path().join("data"), &dir.path().join("d"), &bad, &device, None, &mut |_| {}).err().map(|e| e.to_string()).unwrap_or_default();
+        let bad = TrainOptions { steps: 2, slot_decay: gamma, ..f.opts.clone() };
+        let out = f.data.with_file_name("d");
+        let e = train(&f.t.config, &f.t.ckpt, &f.data, &out, &bad, &device, None, &mut |_| {}).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("--slot-decay"), "γ {gamma}: {e}");
     }
 }
