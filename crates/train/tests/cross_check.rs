@@ -10,10 +10,7 @@ use domino_models::drafter::DrafterConfig;
 use domino_models::drafter_reference::{target_features, ReferenceDrafter};
 use domino_models::testing::TinySpec;
 use domino_train::draft::draft_block;
-use domino_train::model::Dims;
-use domino_train::rng::Rng;
 use domino_train::train::drafter_config;
-use domino_train::weights::{build_net, init_weights, load_target};
 use domino_train::{cpu_device, TrainOptions};
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -27,13 +24,8 @@ fn check(domino: bool) {
     let t = common::tiny_target(&dir.path().join("target"), &spec);
     let opts = TrainOptions { domino, layers: 2, block_size: 5, emb_dim: 8, gru_hidden: 12, ..TrainOptions::default() };
     let cfg = drafter_config(&opts, &t.config, vec![0, 2]).unwrap();
-    let (mut w, _) = init_weights(&cfg, &t.config, Some(&t.ckpt), 11).unwrap();
-    // A trained head's output projection is not zero: make the correction matter.
-    if let Some((shape, v)) = w.get_mut("embed_proj.2.weight") {
-        *v = Rng::new(3).vec(shape.iter().product(), 1.5);
-    }
+    let (net, target, dims) = common::drafter_with_live_head(&cfg, &t);
     let device = cpu_device();
-    let net = build_net(&cfg, w, &device).unwrap();
     let out = dir.path().join("drafter");
     domino_train::export::export(&out, &net, &cfg, &t.config, None).unwrap();
 
@@ -42,8 +34,6 @@ fn check(domino: bool) {
     assert_eq!(ecfg, cfg);
     let ckpt = Checkpoint::open(&out).unwrap();
     let mut reference = ReferenceDrafter::load(ecfg, &ckpt, &t.reference, false).unwrap();
-    let target = load_target(&t.config, &t.ckpt, &device).unwrap();
-    let dims = Dims::new(&cfg, &t.config);
 
     let prompt: Vec<u32> = vec![3, 17, 42, 8, 61, 9, 30];
     let fwd = t.reference.forward(&prompt);

@@ -15,7 +15,7 @@ use domino_train::feature_scale::{column_multipliers, scale_sequence};
 use domino_train::model::Dims;
 use domino_train::rng::Rng;
 use domino_train::train::{drafter_config, evaluate};
-use domino_train::weights::{build_net, init_weights, load_target, read_f32, Named};
+use domino_train::weights::{build_net, load_target, read_f32, Named};
 use domino_train::{cpu_device, train, TrainOptions};
 use half::f16;
 
@@ -39,14 +39,7 @@ fn the_exported_fc_reads_raw_features_as_training_read_scaled_ones() {
     let t = common::tiny_target(&dir.path().join("target"), &spec());
     let opts = TrainOptions { layers: 1, block_size: 5, emb_dim: 8, gru_hidden: 12, ..TrainOptions::default() };
     let cfg = drafter_config(&opts, &t.config, vec![0, 2]).unwrap();
-    let (mut w, _) = init_weights(&cfg, &t.config, Some(&t.ckpt), 11).unwrap();
-    if let Some((shape, v)) = w.get_mut("embed_proj.2.weight") {
-        *v = Rng::new(3).vec(shape.iter().product(), 1.5);
-    }
-    let device = cpu_device();
-    let net = build_net(&cfg, w, &device).unwrap();
-    let target = load_target(&t.config, &t.ckpt, &device).unwrap();
-    let dims = Dims::new(&cfg, &t.config);
+    let (net, target, dims) = common::drafter_with_live_head(&cfg, &t);
 
     let prompt: Vec<u32> = vec![3, 17, 42, 8, 61, 9, 30, 5, 77];
     let fwd = t.reference.forward(&prompt);

@@ -13,7 +13,6 @@ use domino_train::model::{Dims, DrafterNet, Target};
 use domino_train::rng::Rng;
 use domino_train::schedule::SPEC_SLOT_DECAY;
 use domino_train::train::{drafter_config, evaluate, sequence_loss};
-use domino_train::weights::{build_net, init_weights, load_target};
 use domino_train::{cpu_device, train, LossKind, StepStats, TrainOptions};
 
 const VOCAB: usize = 64;
@@ -52,15 +51,7 @@ impl Fixture {
         let (_, mut seqs) = read_all(&data).unwrap();
         let opts = TrainOptions { domino, layers: 1, block_size: 4, emb_dim: 8, gru_hidden: 12, ..TrainOptions::default() };
         let cfg = drafter_config(&opts, &t.config, vec![0, 1]).unwrap();
-        let (mut w, _) = init_weights(&cfg, &t.config, Some(&t.ckpt), 11).unwrap();
-        // A trained head's output projection is not zero: make the correction matter.
-        if let Some((shape, v)) = w.get_mut("embed_proj.2.weight") {
-            *v = Rng::new(3).vec(shape.iter().product(), 1.5);
-        }
-        let device = cpu_device();
-        let net = build_net(&cfg, w, &device).unwrap();
-        let target = load_target(&t.config, &t.ckpt, &device).unwrap();
-        let dims = Dims::new(&cfg, &t.config);
+        let (net, target, dims) = common::drafter_with_live_head(&cfg, &t);
         Self { _dir: dir, data, opts, seq: seqs.swap_remove(0), net, target, dims, t }
     }
 

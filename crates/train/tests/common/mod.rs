@@ -5,7 +5,11 @@ use domino_models::drafter_reference::target_features;
 use domino_models::reference::ReferenceModel;
 use domino_models::testing::{write_tiny_model, TinySpec};
 use domino_models::{Checkpoint, Qwen3Config};
+use domino_models::drafter::DrafterConfig;
 use domino_train::data::{prompts_hash, write_shard, DataMeta, Sequence, FORMAT};
+use domino_train::model::{Dims, DrafterNet, Target};
+use domino_train::rng::Rng;
+use domino_train::weights::{build_net, init_weights, load_target};
 use std::path::Path;
 
 pub struct TinyTarget {
@@ -60,4 +64,18 @@ pub fn cpu_data(model: &ReferenceModel, prompts: &[Vec<u32>], max_new: usize, id
         })
         .collect();
     write_shard(out, 0, &seqs, meta.feature_width()).unwrap();
+}
+
+/// The drafter `cfg` over `t`, initialised from it (seed 11), with its target and dims. A trained
+/// head's output projection is not zero, so this one is made non-zero too: the head's correction
+/// then shows in every output.
+pub fn drafter_with_live_head(cfg: &DrafterConfig, t: &TinyTarget) -> (DrafterNet, Target, Dims) {
+    let (mut w, _) = init_weights(cfg, &t.config, Some(&t.ckpt), 11).unwrap();
+    if let Some((shape, v)) = w.get_mut("embed_proj.2.weight") {
+        *v = Rng::new(3).vec(shape.iter().product(), 1.5);
+    }
+    let device = domino_train::cpu_device();
+    let net = build_net(cfg, w, &device).unwrap();
+    let target = load_target(&t.config, &t.ckpt, &device).unwrap();
+    (net, target, Dims::new(cfg, &t.config))
 }
