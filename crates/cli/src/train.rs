@@ -199,7 +199,7 @@ struct DrafterArgs {
     soft_weight: f64,
     /// γ of the per-draft loss weight exp(−k/γ) (draft k = 0 first): the spec's 7 by default;
     /// smaller values put more of the loss on the first drafts.
-    #[arg(long, default_value_t = 7.0)]
+    #[arg(long, default_value_t = domino_train::schedule::SPEC_SLOT_DECAY)]
     slot_decay: f64,
 }
 
