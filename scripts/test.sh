@@ -4,7 +4,7 @@
 # 1. installs what is missing (scripts/setup.sh --test: software Vulkan + GL drivers, npm),
 # 2. fetches the real Qwen3 tokenizer (scripts/fetch-test-data.sh),
 # 3. builds the whole workspace's tests, prints the GPU adapters (`domino devices`),
-# 4. runs `cargo test --workspace`,
+# 4. runs `cargo test --workspace`, one test at a time per binary (RUST_TEST_THREADS=1 unless set),
 # 5. builds the browser build (web/build.sh), puts the page's default model and drafter in web/models/
 #    (web/fetch-models.sh) and runs the browser test (web/tests/browser.test.mjs).
 #
@@ -41,7 +41,12 @@ echo "== GPU adapters (domino devices)"
 "$target_dir/debug/domino" devices || echo "warning: 'domino devices' found no adapter; the GPU tests will fail" >&2
 echo "== test backends: ${DOMINO_TEST_BACKENDS:-vulkan,gl (default)}"
 
-echo "== test (cargo test --workspace)"
+# One test at a time within each test binary (RUST_TEST_THREADS, unless set): the software adapters
+# (lavapipe, llvmpipe) already spread every dispatch over all cores, and two tests driving them at
+# once on a 2-core machine thrash: the kernel tests took 152 s with two test threads and 44 s with
+# one, the quantized-kernel tests 277 s and 31 s.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-1}"
+echo "== test (cargo test --workspace, RUST_TEST_THREADS=$RUST_TEST_THREADS)"
 cargo test --workspace "$@"
 
 # The browser build and its test: the demo page in headless Chromium (WebGPU on SwiftShader) must

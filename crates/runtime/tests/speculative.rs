@@ -71,9 +71,12 @@ fn speculative_greedy_is_lossless_and_matches_the_cpu_reference() {
                     let (target, drafter) = load(gpu, &p);
                     let mut plain = Session::new(&target, 64).unwrap();
                     let mut spec = SpeculativeSession::new(&target, &drafter, 64).unwrap();
-                    for prompt in prompts {
+                    // The GPU kernel family is 20x slower than the others on CPU rasterizers (it is
+                    // shaped for real GPUs): the longest prompt and two lengths there.
+                    let (prompts, lengths): (&[&[u32]], &[usize]) = if gpu.caps.gpu_kernels { (&prompts[1..2], &[7, 20]) } else { (&prompts, &[1, 7, 20]) };
+                    for &prompt in prompts {
                         // Lengths that end mid-round as well as on round boundaries.
-                        for max_tokens in [1usize, 7, 20] {
+                        for &max_tokens in lengths {
                             let want = block_on(plain.generate(prompt, &greedy(max_tokens), &mut |_| true)).unwrap().output_ids;
                             let opts = SpeculativeOptions { use_head, timing: false, draft_len: DraftLen::Fixed(usize::MAX), costs: None, refine_costs: true, lookup: false };
                             let (got, stats) = block_on(spec.generate(prompt, &greedy(max_tokens), &opts, &mut |_| true)).unwrap();
@@ -300,7 +303,9 @@ fn every_draft_length_schedule_gives_the_plain_greedy_output() {
         for prompt in &prompts[..if gpu.caps.gpu_kernels { 1 } else { 2 }] {
             // 80 tokens: more plain steps than the queue of pending feature rows holds (64).
             let want = block_on(plain.generate(prompt, &greedy(80), &mut |_| true)).unwrap().output_ids;
-            for k in 0..=max_k + 1 {
+            // Every k; on the GPU family plain steps, one draft, the whole block and past it.
+            let ks: Vec<usize> = if gpu.caps.gpu_kernels { vec![0, 1, max_k, max_k + 1] } else { (0..=max_k + 1).collect() };
+            for k in ks {
                 let so = SpeculativeOptions { timing: false, draft_len: DraftLen::Fixed(k), ..Default::default() };
                 let (got, st) = block_on(spec.generate(prompt, &greedy(80), &so, &mut |_| true)).unwrap();
                 assert_eq!(got.output_ids, want, "{name} k={k}");
@@ -448,7 +453,9 @@ fn a_draft_vocabulary_shortlist_drafts_only_its_tokens_and_keeps_the_output() {
             let prompt = [5u32, 6, 7];
             let want = block_on(Session::new(&target, 256).unwrap().generate(&prompt, &greedy(24), &mut |_| true)).unwrap().output_ids;
             assert!(want.iter().all(|&t| t as usize == token));
-            for keep in [128usize, 256] {
+            // 128 and 256 each hold token 77 and not 300; the GPU family (slow on CPU rasterizers) runs one.
+            let keeps: &[usize] = if gpu.caps.gpu_kernels { &[128] } else { &[128, 256] };
+            for &keep in keeps {
                 drafter.set_draft_vocab(&target, Some(keep)).unwrap();
                 assert_eq!(drafter.draft_vocab(), keep);
                 let mut spec = SpeculativeSession::new(&target, &drafter, 256).unwrap();
@@ -520,20 +527,20 @@ fn prompt_lookup_rounds_copy_repeated_text_and_keep_the_output() {
         let mut failed = LookupScheduler::empty_history(max_k);
         failed.iter_mut().for_each(|c| (0..3).for_each(|_| c.record(1, 0)));
         let mut schedules = Vec::new();
+        let prompt = [100u32, 7, 250, 31, 31, 9, 44];
+        let want = block_on(plain.generate(&prompt, &greedy(80), &mut |_| true)).unwrap().output_ids;
         for timing in [false, true] {
             let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
             spec.set_lookup_history(failed.clone());
-            let prompt = [100u32, 7, 250, 31, 31, 9, 44];
             let (got, st) = block_on(spec.generate(&prompt, &greedy(80), &SpeculativeOptions { timing, ..so.clone() }, &mut |_| true)).unwrap();
-            let want = block_on(plain.generate(&prompt, &greedy(80), &mut |_| true)).unwrap().output_ids;
             assert_eq!(got.output_ids, want, "{name} timing {timing}");
             schedules.push((st.draft_lengths, st.acceptance_lengths, st.lookup_rounds));
         }
         assert_eq!(schedules[0], schedules[1], "{name}: queued plain rounds changed the schedule");
         assert!(schedules[0].0.windows(3).any(|w| w == [0, 0, 0]), "{name}: no run of plain rounds: {:?}", schedules[0].0);
-        let prompt = [100u32, 7, 250, 31, 31, 9, 44];
-        let want = block_on(plain.generate(&prompt, &greedy(80), &mut |_| true)).unwrap().output_ids;
-        for n in [0, 1, 3, max_k] {
+        // Every fixed length on the CPU-adapter families; the ends on the GPU family (slow there).
+        let lengths: &[usize] = if gpu.caps.gpu_kernels { &[0, max_k] } else { &[0, 1, 3, max_k] };
+        for &n in lengths {
             let mut spec = SpeculativeSession::new(&target, &drafter, 128).unwrap();
             let fixed = SpeculativeOptions { draft_len: DraftLen::Fixed(n), lookup: true, timing: false, ..Default::default() };
             let (got, st) = block_on(spec.generate(&prompt, &greedy(80), &fixed, &mut |_| true)).unwrap();
